@@ -1,0 +1,24 @@
+"""Partition FashionMNIST into per-client files under dataset/FashionMNIST/.
+
+Usage (PFLlib's argv, plus named options; see --help)::
+
+    python dataset/generate_FashionMNIST.py noniid - dir --alpha 0.1
+    python dataset/generate_FashionMNIST.py noniid - dir --source path/to/fashionmnist.npz   # offline
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dataset.utils.generate import load_source_npz, load_torchvision, main  # noqa: E402
+
+
+def load_raw(source, raw_dir):
+    if source is not None:
+        return load_source_npz(source)
+    from torchvision.datasets import FashionMNIST
+    return load_torchvision(FashionMNIST, raw_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main("FashionMNIST", load_raw, sys.argv[1:], default_class_per_client=2))

@@ -1,0 +1,116 @@
+"""The on-disk format of a partitioned dataset, shared by the generators and the trainer.
+
+Layout (PFLlib's): ``dataset/<name>/config.json``, ``dataset/<name>/train/<id>.npz`` and
+``dataset/<name>/test/<id>.npz`` for client ids ``0..N-1``.
+
+Each ``.npz`` holds two plain arrays, ``x`` (float32, N x C x H x W) and ``y`` (int64, N), so it
+loads with ``allow_pickle=False``. PFLlib's legacy files store one pickled dict under the key
+``data``; :func:`read_client_arrays` still reads them, through an unpickler that accepts NumPy
+arrays and nothing else.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from dataset.utils.atomic_io import atomic_path
+
+CONFIG_NAME = "config.json"
+
+
+class DatasetFileError(ValueError):
+    """A client file or config is missing, corrupt or of an unsupported kind."""
+
+
+def client_file(root: Path, split: str, client_id: int) -> Path:
+    return Path(root) / split / f"{client_id}.npz"
+
+
+def write_client_arrays(path: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """Write ``x``, ``y`` as plain arrays, atomically (temporary name, then rename)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, x=np.ascontiguousarray(x), y=np.ascontiguousarray(y))
+
+
+def read_client_arrays(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """Return ``(x, y)`` from a client file in the plain or in PFLlib's legacy pickled format."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetFileError(f"missing client file {path}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            keys = set(npz.files)
+            if {"x", "y"} <= keys:
+                return npz["x"], npz["y"]
+        if keys == {"data"}:
+            return _read_legacy(path)
+    except DatasetFileError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise DatasetFileError(f"cannot read {path}: {err}; the file is truncated or corrupt, "
+                               f"regenerate the dataset") from err
+    raise DatasetFileError(f"{path} holds keys {sorted(keys)}, expected 'x' and 'y'")
+
+
+class _ArraysOnlyUnpickler(pickle.Unpickler):
+    """Resolves only the globals NumPy needs to rebuild arrays; anything else is refused."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"), ("numpy", "dtype"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only NumPy arrays are allowed")
+
+
+def _read_legacy(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    with zipfile.ZipFile(path) as archive:
+        raw = io.BytesIO(archive.read("data.npy"))
+    major, _ = np.lib.format.read_magic(raw)
+    read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                   else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read_header(raw)
+    if dtype != np.dtype(object) or shape != ():
+        raise DatasetFileError(f"{path}: legacy key 'data' must hold one pickled dict")
+    try:
+        payload = _ArraysOnlyUnpickler(raw).load()
+    except pickle.UnpicklingError as err:
+        raise DatasetFileError(f"{path}: {err}") from err
+    if isinstance(payload, np.ndarray) and payload.dtype == object and payload.shape == ():
+        payload = payload.item()  # np.savez wraps the dict in a 0-d object array
+    if not isinstance(payload, dict) or not {"x", "y"} <= set(payload):
+        raise DatasetFileError(f"{path}: legacy payload is not a dict with 'x' and 'y'")
+    x, y = payload["x"], payload["y"]
+    for key, arr in (("x", x), ("y", y)):
+        if not isinstance(arr, np.ndarray) or arr.dtype == object:
+            raise DatasetFileError(f"{path}: legacy '{key}' is not a numeric NumPy array "
+                                   f"(text datasets are not supported)")
+    return x, y
+
+
+def write_config(root: Path, config: Dict[str, Any]) -> None:
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with atomic_path(root / CONFIG_NAME) as tmp:
+        Path(tmp).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def read_config(root: Path) -> Dict[str, Any]:
+    path = Path(root) / CONFIG_NAME
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetFileError(f"missing {path}") from None
+    except json.JSONDecodeError as err:
+        raise DatasetFileError(f"corrupt {path}: {err}") from err
+

@@ -1,0 +1,6 @@
+"""FedAvg's client: plain local SGD on cross-entropy; everything is shared (the base behaviour)."""
+from flcore.clients.clientbase import Client
+
+
+class clientAVG(Client):
+    pass

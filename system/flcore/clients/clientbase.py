@@ -1,0 +1,146 @@
+"""The client: its data, its model and optimiser, one local-training loop, and its metrics.
+
+Local training is one loop (:meth:`Client.train`) with small hooks, in the style of FedJAX's
+``client_init`` / ``client_step`` / ``client_final``:
+
+* :meth:`begin_local_training` - before the first step (e.g. remember the received global model);
+* :meth:`local_loss`           - the minibatch objective (cross-entropy plus any extra term);
+* :meth:`after_step`           - after each optimiser step (e.g. a SCAFFOLD-style correction);
+* :meth:`end_local_training`   - after the last step.
+
+What a client shares is declared, not coded into copy loops: :attr:`shared_path` names the
+sub-module it uploads and receives (``""`` = the whole model, ``"base"`` = the feature extractor
+of a :class:`BaseHeadSplit`), and :meth:`shares` can exclude single tensors (FedBN's norms).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable, Tuple
+
+import torch
+from torch import nn
+
+from flcore.aggregation import copy_into, named_tensors
+from utils.data_utils import ClientData
+from utils.metrics import ClientTestStats, micro_auc
+from utils.seeding import client_generator
+
+EVAL_BATCH_SIZE = 256
+
+
+class DivergenceError(RuntimeError):
+    """Local training produced a NaN or infinite loss."""
+
+    def __init__(self, client_id: int):
+        super().__init__(f"client {client_id} reached a non-finite loss")
+        self.client_id = client_id
+
+
+class Client:
+    shared_path: str = ""  # sub-module exchanged with the server; "" is the whole model
+
+    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
+        self.args = args
+        self.id = id
+        self.train_data = train_data
+        self.test_data = test_data
+        self.train_samples = len(train_data)
+        self.test_samples = len(test_data)
+        self.model = copy.deepcopy(model)
+        self.num_classes = args.num_classes
+        self.batch_size = args.batch_size
+        self.learning_rate = args.local_learning_rate
+        self.local_epochs = args.local_epochs
+        self.learning_rate_decay = args.learning_rate_decay
+        self.loss = nn.CrossEntropyLoss()
+        self.optimizer = self.make_optimizer(self.model.parameters())
+        self.learning_rate_scheduler = torch.optim.lr_scheduler.ExponentialLR(
+            self.optimizer, gamma=args.learning_rate_decay_gamma)
+        # The client's own generator: batch order does not depend on which clients ran before it.
+        self.generator = client_generator(args.seed, id)
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.learning_rate)
+
+    # ----- what is exchanged with the server -------------------------------------------------
+    def shared_module(self) -> nn.Module:
+        return self.model.get_submodule(self.shared_path)
+
+    def shares(self, name: str) -> bool:
+        """Whether tensor ``name`` (relative to :meth:`shared_module`) is exchanged."""
+        return True
+
+    def set_parameters(self, module: nn.Module) -> None:
+        """Receive the server's ``module`` (the global counterpart of :meth:`shared_module`)."""
+        source = named_tensors(module)
+        copy_into(self.shared_module(), source, [n for n in source if self.shares(n)])
+
+    # ----- local training ---------------------------------------------------------------------
+    def train(self) -> None:
+        self.model.train()
+        self.begin_local_training()
+        self.run_epochs(self.local_epochs, self.local_loss)
+        if self.learning_rate_decay:
+            self.learning_rate_scheduler.step()
+        self.end_local_training()
+
+    def run_epochs(self, epochs: int, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   optimizer: torch.optim.Optimizer | None = None) -> None:
+        """The minibatch SGD loop shared by training, fine-tuning and multi-stage methods."""
+        optimizer = optimizer or self.optimizer
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.train_data.y.device)
+        for _ in range(epochs):
+            for x, y in self.train_data.train_batches(self.batch_size, self.generator):
+                loss = loss_fn(x, y)
+                # Accumulated rather than checked per step: no device synchronisation per batch.
+                nonfinite |= ~torch.isfinite(loss.detach())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                self.after_step()
+        if bool(nonfinite):
+            raise DivergenceError(self.id)
+
+    def begin_local_training(self) -> None:
+        pass
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(x), y)
+
+    def after_step(self) -> None:
+        pass
+
+    def end_local_training(self) -> None:
+        pass
+
+    def fine_tune(self, epochs: int) -> None:
+        """Plain cross-entropy SGD on the whole model (new clients, PFLlib's ``-ften``)."""
+        self.model.train()
+        self.run_epochs(epochs, lambda x, y: self.loss(self.model(x), y))
+
+    # ----- metrics ----------------------------------------------------------------------------
+    def evaluation_model(self) -> nn.Module:
+        """The model whose test accuracy is reported for this client."""
+        return self.model
+
+    @torch.inference_mode()
+    def test_metrics(self) -> ClientTestStats:
+        model = self.evaluation_model()
+        model.eval()
+        logits, labels = self._predict(model, self.test_data)
+        correct = int((logits.argmax(dim=1) == labels).sum())
+        return ClientTestStats(correct, len(labels), micro_auc(logits, labels, logits.shape[1]))
+
+    @torch.inference_mode()
+    def train_metrics(self) -> Tuple[float, int]:
+        """(sum of per-sample losses, number of samples) on the train set, in eval mode."""
+        model = self.evaluation_model()
+        model.eval()
+        total = torch.zeros((), dtype=torch.float64, device=self.train_data.y.device)
+        for x, y in self.train_data.eval_batches(EVAL_BATCH_SIZE):
+            total += nn.functional.cross_entropy(model(x), y, reduction="sum").double()
+        return float(total), self.train_samples
+
+    def _predict(self, model: nn.Module, data: ClientData) -> Tuple[torch.Tensor, torch.Tensor]:
+        outputs = [model(x) for x, _ in data.eval_batches(EVAL_BATCH_SIZE)]
+        return torch.cat(outputs), data.y

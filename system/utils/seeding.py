@@ -1,0 +1,29 @@
+"""One place that seeds every random number generator a run touches."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def client_generator(seed: int, client_id: int) -> torch.Generator:
+    """A client's own generator for batch order: independent of which clients train and in what order."""
+    return torch.Generator().manual_seed(_mix(seed, 1 + client_id))
+
+
+def sampler_rng(seed: int) -> np.random.Generator:
+    """The server's generator for client sampling and client drop-out."""
+    return np.random.default_rng(_mix(seed, 0))
+
+
+def _mix(seed: int, stream: int) -> int:
+    # SeedSequence spreads (seed, stream) over 64 bits so nearby seeds give unrelated streams.
+    return int(np.random.SeedSequence([seed % 2**32, stream]).generate_state(1, np.uint64)[0] >> 1)

@@ -1,0 +1,53 @@
+"""Shared fixtures: small datasets built in temporary folders, and argument helpers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pytest
+
+from dataset.utils.generate import PartitionOptions, build_dataset
+from flcore.runner import build_server, prepare
+from utils.options import parse_args
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_images(n: int, shape=(1, 8, 8), num_classes: int = 4, seed: int = 0):
+    """Separable synthetic images: each class lights a different block of pixels, plus noise."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % num_classes
+    x = rng.normal(0, 0.3, size=(n, *shape)).astype(np.float32)
+    flat = x.reshape(n, -1)
+    block = flat.shape[1] // num_classes
+    for k in range(num_classes):
+        flat[y == k, k * block:(k + 1) * block] += 1.0
+    return x, y.astype(np.int64)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """A folder with 'Toy' (6 clients, 4 classes, 8x8) and 'Toy3' (4 clients, RGB 32x32)."""
+    root = tmp_path_factory.mktemp("data")
+    x, y = make_images(480)
+    build_dataset(root / "Toy", x, y, PartitionOptions(num_clients=6, partition="dir", alpha=0.5, min_samples=20))
+    x, y = make_images(160, shape=(3, 32, 32), num_classes=3)
+    build_dataset(root / "Toy3", x, y, PartitionOptions(num_clients=4, partition="dir", alpha=1.0, min_samples=20))
+    return root
+
+
+def cli(data_dir: Path, results_dir: Path, *extra: str) -> list[str]:
+    return ["-data", "Toy", "-nc", "6", "-gr", "2", "-dev", "cpu", "-m", "DNN", "-lr", "0.05",
+            "--data_dir", str(data_dir), "--results_dir", str(results_dir), *extra]
+
+
+def server_for(data_dir: Path, results_dir: Path, *extra: str, run: int = 0):
+    args, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
+    return build_server(args, run)
+
+
+def state_equal(a: dict, b: dict, names: Iterable[str] | None = None) -> bool:
+    import torch
+    names = a.keys() if names is None else names
+    return all(torch.equal(a[n], b[n]) for n in names)
