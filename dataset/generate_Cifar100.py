@@ -10,15 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataset.utils.generate import load_source_npz, load_torchvision, main  # noqa: E402
-
-
-def load_raw(source, raw_dir):
-    if source is not None:
-        return load_source_npz(source)
-    from torchvision.datasets import CIFAR100
-    return load_torchvision(CIFAR100, raw_dir)
-
+from dataset.utils.generate import main, torchvision_loader  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main("Cifar100", load_raw, sys.argv[1:], default_class_per_client=10))
+    sys.exit(main("Cifar100", torchvision_loader("CIFAR100"), sys.argv[1:], default_class_per_client=10))

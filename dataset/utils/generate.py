@@ -166,6 +166,16 @@ def load_source_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
         return images_to_float(npz["x"]), npz["y"].astype(np.int64)
 
 
+def torchvision_loader(class_name: str, **kwargs) -> RawLoader:
+    """A :data:`RawLoader` for ``torchvision.datasets.<class_name>``: ``--source`` file, else download."""
+    def load(source: Optional[Path], raw_dir: Path) -> Tuple[np.ndarray, np.ndarray]:
+        if source is not None:
+            return load_source_npz(source)
+        import torchvision.datasets
+        return load_torchvision(getattr(torchvision.datasets, class_name), raw_dir, **kwargs)
+    return load
+
+
 def load_torchvision(dataset_cls, raw_dir: Path, **kwargs) -> Tuple[np.ndarray, np.ndarray]:
     """Download a torchvision dataset into ``raw_dir`` and merge its train and test splits.
 
