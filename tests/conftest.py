@@ -51,3 +51,24 @@ def state_equal(a: dict, b: dict, names: Iterable[str] | None = None) -> bool:
     import torch
     names = a.keys() if names is None else names
     return all(torch.equal(a[n], b[n]) for n in names)
+
+
+def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str, head_split: bool = True):
+    """A server of an arbitrary class (e.g. one defined in a test) on the 'Toy' data."""
+    from flcore.trainmodel.models import build_model, split_head
+    from utils.data_utils import dataset_info
+    from utils.seeding import seed_everything
+    args, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
+    seed_everything(args.seed)
+    info = dataset_info(args.dataset, args.num_clients, args.data_dir)
+    model = build_model(args.model, info.input_shape, args.num_classes)
+    return server_class(args, 0, split_head(model) if head_split else model, info)
+
+
+def play_round(server):
+    """One round of the loop without evaluation: select, send, train, receive, aggregate."""
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    server.train_clients(server.selected_clients)
+    server.receive_models()
+    server.aggregate_parameters()

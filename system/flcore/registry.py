@@ -18,43 +18,45 @@ class AlgorithmSpec:
     server: str               # "module:Class" inside flcore.servers
     head_split: bool          # wrap the model in BaseHeadSplit (base + head), as PFLlib's main.py does
     shares_parameters: bool   # whether some model tensors are averaged (and so X+LAG is meaningful)
-    no_lag_reason: str = ""   # why X+LAG is refused, when shares_parameters is False
+    no_lag_reason: str = ""   # why X+LAG is refused (no shared parameters, or LAG already built in)
 
 
 ALGORITHMS: Dict[str, AlgorithmSpec] = {
     "FedAvg": AlgorithmSpec("serveravg:FedAvg", head_split=True, shares_parameters=True),
     "Local": AlgorithmSpec("serverlocal:Local", head_split=False, shares_parameters=False,
-                           no_lag_reason="Local trains every client alone and shares no parameters"),
+                           no_lag_reason="Local trains every client alone and shares no parameters, "
+                                         "so there are no layers to personalise"),
+    "FedLAG": AlgorithmSpec("serverfedlag:FedLAG", head_split=True, shares_parameters=True,
+                            no_lag_reason="FedLAG already is FedAvg+LAG"),
 }
-
-# Names that stand for a composed algorithm.
-ALIASES: Dict[str, str] = {"FedLAG": "FedAvg" + LAG_SUFFIX}
 
 
 class UnknownAlgorithmError(ValueError):
     pass
 
 
+def lag_composable(spec: AlgorithmSpec) -> bool:
+    return spec.shares_parameters and not spec.no_lag_reason
+
+
 def valid_names() -> list[str]:
-    lag = [f"{name}{LAG_SUFFIX}" for name, spec in ALGORITHMS.items() if spec.shares_parameters]
-    return list(ALGORITHMS) + list(ALIASES) + lag
+    lag = [f"{name}{LAG_SUFFIX}" for name, spec in ALGORITHMS.items() if lag_composable(spec)]
+    return list(ALGORITHMS) + lag
 
 
 def resolve(name: str) -> Tuple[Type, AlgorithmSpec]:
     """The server class and spec for ``-algo name`` (``X+LAG`` composes X with the LAG mixin)."""
-    canonical = ALIASES.get(name, name)
-    base_name = canonical[:-len(LAG_SUFFIX)] if canonical.endswith(LAG_SUFFIX) else canonical
+    base_name = name[:-len(LAG_SUFFIX)] if name.endswith(LAG_SUFFIX) else name
     spec = ALGORITHMS.get(base_name)
     if spec is None:
         raise UnknownAlgorithmError(f"unknown algorithm {name!r}; choose one of: {', '.join(valid_names())}")
+    if base_name != name and not lag_composable(spec):
+        raise UnknownAlgorithmError(f"{name} is refused: {spec.no_lag_reason}")
     server_class = _import(spec.server)
-    if base_name == canonical:
+    if base_name == name:
         return server_class, spec
-    if not spec.shares_parameters:
-        raise UnknownAlgorithmError(f"{name} is not available: {spec.no_lag_reason}, so there are no "
-                                    f"layers for FedLAG to personalise")
     from flcore.lag.mixin import with_layer_conflict
-    return with_layer_conflict(server_class, canonical), spec
+    return with_layer_conflict(server_class, name), spec
 
 
 def _import(target: str) -> Type:

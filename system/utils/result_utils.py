@@ -38,14 +38,20 @@ def write_results(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[s
 
 
 def read_results(path: Path) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
-    """All datasets and attributes of one run (``config`` decoded from JSON)."""
+    """All datasets and attributes of one run (dict and list attributes decoded from JSON)."""
     with h5py.File(path, "r") as f:
         arrays = {name: f[name][()] for name in f.keys()}
-        attrs = {k: (json.loads(v) if k == "config" else v) for k, v in f.attrs.items()}
+        attrs = {k: _decode(v) for k, v in f.attrs.items()}
     for name, values in arrays.items():
         if values.dtype.kind == "O":
             arrays[name] = values.astype(str)
     return arrays, attrs
+
+
+def _decode(value):
+    if isinstance(value, str) and value[:1] in "{[":
+        return json.loads(value)
+    return value
 
 
 def average_data(folder: Path, dataset: str, algorithm: str, goal: str, runs: List[int]) -> Tuple[float, float]:

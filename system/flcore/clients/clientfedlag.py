@@ -1,0 +1,7 @@
+"""FedLAG's client: FedAvg's local SGD. FedLAG changes only what the server broadcasts and keeps,
+so the client needs nothing of its own; the class exists for PFLlib's file naming."""
+from flcore.clients.clientavg import clientAVG
+
+
+class clientFedLAG(clientAVG):
+    pass

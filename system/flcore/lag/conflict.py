@@ -1,0 +1,83 @@
+"""FedLAG's conflict analysis as pure tensor functions (no server, no client, no I/O).
+
+Paper: "Towards Layer-Wise Personalized Federated Learning: Adaptive Layer Disentanglement via
+Conflicting Gradients" (arXiv 2410.02845), Def. 4.1 / Eq. (3):
+
+    GC_xi(l) = #{ unordered client pairs (u, v) : cos(h_{l,u}, h_{l,v}) < xi }
+
+where ``h_{l,u}`` is client u's update of layer l. The cosines of all pairs of one layer come from one
+Gram matrix of row-normalised updates (``G = U_hat U_hat^T``), not from a loop over pairs. A pair in
+which either update has zero norm has no direction and is not counted.
+
+This module imports only torch, so the ``lag/`` package can be copied into a PFLlib checkout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import torch
+
+GRANULARITIES = ("tensor", "module")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One unit of personalisation: a parameter tensor, or all parameters of one module."""
+    name: str
+    tensors: Tuple[str, ...]
+
+
+def build_layers(param_names: Sequence[str], granularity: str = "tensor") -> List[Layer]:
+    """Group parameter names (in ``named_parameters()`` order) into layers.
+
+    ``tensor``: every parameter tensor is a layer (the authors' code). ``module``: the parameters
+    of one module (``conv.weight`` and ``conv.bias``) form one layer, named after the module.
+    Only parameter names are given here, so buffers can never become layers.
+    """
+    if granularity == "tensor":
+        return [Layer(n, (n,)) for n in param_names]
+    if granularity != "module":
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    groups: Dict[str, List[str]] = {}
+    for n in param_names:
+        groups.setdefault(n.rpartition(".")[0], []).append(n)
+    return [Layer(module or "(root)", tuple(names)) for module, names in groups.items()]
+
+
+def stack_layer_updates(updates: Sequence[Mapping[str, torch.Tensor]], layers: Sequence[Layer]) -> List[torch.Tensor]:
+    """Per layer, the clients' updates as rows: a list of ``(num_clients, layer_size)`` matrices."""
+    return [torch.stack([torch.cat([u[n].reshape(-1) for n in layer.tensors]) for u in updates])
+            for layer in layers]
+
+
+def pairwise_cosines(updates: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Cosine of every pair of rows of ``updates`` (m x d) through one Gram matrix.
+
+    Returns ``(cos, valid)``: the m x m cosine matrix and an m-vector telling which rows have a
+    non-zero norm (rows of zero norm get cosine 0 with everything and must not be counted).
+    """
+    rows = updates.reshape(updates.shape[0], -1)
+    norms = torch.linalg.vector_norm(rows, dim=1)
+    valid = norms > 0
+    unit = rows / torch.where(valid, norms, torch.ones_like(norms)).unsqueeze(1)
+    return unit @ unit.T, valid
+
+
+def conflict_count(updates: torch.Tensor, xi: float) -> int:
+    """GC_xi of one layer: unordered pairs of valid rows whose cosine is strictly below ``xi``."""
+    cos, valid = pairwise_cosines(updates)
+    both_valid = valid.unsqueeze(0) & valid.unsqueeze(1)
+    upper = torch.ones_like(cos, dtype=torch.bool).triu(diagonal=1)
+    return int(((cos < xi) & both_valid & upper).sum())
+
+
+def conflict_scores(layer_updates: Sequence[torch.Tensor], xi: float) -> torch.Tensor:
+    """GC_xi for every layer: an int64 vector, one entry per layer."""
+    return torch.tensor([conflict_count(u, xi) for u in layer_updates], dtype=torch.int64)
+
+
+def top_k_layers(scores: torch.Tensor, k: int) -> List[int]:
+    """Indices of the ``k`` highest scores; ties go to the earlier layer; ``k`` may exceed the count."""
+    order = sorted(range(len(scores)), key=lambda i: -int(scores[i]))  # sorted() is stable
+    return sorted(order[:max(k, 0)])

@@ -1,0 +1,244 @@
+"""``LayerConflictMixin``: FedLAG's layer personalisation on top of any parameter-sharing server.
+
+Put it first in the bases (``class FedRepLAG(LayerConflictMixin, FedRep)``). It only intercepts the
+hooks every PFLlib-style server has, and calls the base method's own version of each:
+
+* ``send_models``: the base broadcast runs unchanged, then every client gets back its own copy of
+  the personal layers (parameters, and the buffers of their modules). With ``--lag_signal delta``
+  the selected clients' starting tensors are remembered here, for the update ``theta^(r,E) - theta^(r)``.
+* ``receive_models``: after the base upload, each uploaded tensor is named by parameter identity
+  against the client's full model (so an upload of only ``model.base`` maps to ``base.*``), the
+  per-layer updates are scored (``conflict.py``) and the personal set is chosen.
+* ``aggregate_parameters`` is untouched: the server still averages every shared tensor, including
+  the personal ones, which initialise clients that never held a copy (new clients).
+
+Only tensors the base method uploads (and the client ``shares``) are ranked: the base method's own
+personal parts stay personal and K counts extra layers. Contracts relied on (PFLlib's): ``self.args``,
+``self.clients`` with ``.id`` and ``.model``, ``self.selected_clients``, and ``receive_models`` filling
+``self.uploaded_ids`` / ``self.uploaded_models`` with live modules of the clients' models.
+
+This module imports only torch and ``conflict.py``, so ``lag/`` drops into a PFLlib checkout unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from .conflict import GRANULARITIES, Layer, build_layers, conflict_scores, stack_layer_updates, top_k_layers
+
+SCHEDULES = ("every_round", "warmup")
+SIGNALS = ("delta", "last_batch")
+State = Dict[str, torch.Tensor]
+
+
+class LagError(ValueError):
+    """FedLAG cannot be applied as configured; the message says why."""
+
+
+@dataclass(frozen=True)
+class LagSettings:
+    top_k: int = 2
+    xi: float = 0.0
+    schedule: str = "every_round"
+    warmup: int = 30
+    granularity: str = "tensor"
+    signal: str = "delta"
+
+    @classmethod
+    def from_args(cls, args) -> "LagSettings":
+        rounds = int(getattr(args, "global_rounds", 60))
+        warmup = getattr(args, "lag_warmup", None)
+        settings = cls(top_k=int(getattr(args, "lag_top_k", 2)), xi=float(getattr(args, "lag_xi", 0.0)),
+                       schedule=getattr(args, "lag_schedule", "every_round"),
+                       warmup=min(rounds // 2, 30) if warmup is None else int(warmup),
+                       granularity=getattr(args, "lag_granularity", "tensor"),
+                       signal=getattr(args, "lag_signal", "delta"))
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        problems = []
+        if self.top_k < 0:
+            problems.append(f"--lag_top_k must be >= 0, got {self.top_k}")
+        if not -1.0 <= self.xi <= 0.0:
+            problems.append(f"--lag_xi must be in [-1, 0], got {self.xi}")
+        if self.warmup < 0:
+            problems.append(f"--lag_warmup must be >= 0, got {self.warmup}")
+        for flag, value, choices in (("--lag_schedule", self.schedule, SCHEDULES),
+                                     ("--lag_granularity", self.granularity, GRANULARITIES),
+                                     ("--lag_signal", self.signal, SIGNALS)):
+            if value not in choices:
+                problems.append(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        if problems:
+            raise LagError("; ".join(problems))
+
+
+class LayerConflictMixin:
+    """Keeps, every round, the layers whose client updates conflict most as personal layers."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lag = LagSettings.from_args(self.args)
+        self.lag_layers: Optional[List[Layer]] = None   # candidates, known after the first upload
+        self.lag_personal: Tuple[int, ...] = ()          # indices into lag_layers
+        self.lag_score_total: Optional[torch.Tensor] = None  # warm-up accumulator
+        self.lag_rounds = 0                               # uploads scored so far (= rounds)
+        self.lag_history: Dict[str, list] = {"scores": [], "personal": [], "uploads": []}
+        self._lag_start: Dict[int, State] = {}
+
+    # ----- broadcast: base behaviour, then personal layers put back --------------------------------
+    def send_models(self):
+        saved = {c.id: {n: t.detach().clone() for n, t in self._lag_personal_tensors(c).items()}
+                 for c in self.clients} if self.lag_personal else {}
+        super().send_models()
+        with torch.no_grad():
+            for client in self.clients:
+                live = self._lag_personal_tensors(client) if client.id in saved else {}
+                for name, tensor in live.items():
+                    tensor.copy_(saved[client.id][name])
+        if self.lag.signal == "delta":
+            # theta^(r): what each selected client starts local training from.
+            self._lag_start = {c.id: self._lag_snapshot(c) for c in self.selected_clients}
+
+    # ----- upload: base behaviour, then score and choose --------------------------------------------
+    def receive_models(self):
+        super().receive_models()
+        by_id = {c.id: c for c in self.clients}
+        uploads = [(by_id[i], m) for i, m in zip(self.uploaded_ids, self.uploaded_models)]
+        if self.lag_layers is None and uploads:
+            self.lag_layers = self._lag_candidate_layers(*uploads[0])
+        if self.lag_layers is None:
+            return
+        updates = [u for u in (self._lag_update(c, m) for c, m in uploads) if u is not None]
+        scored = len(updates) >= 2
+        scores = (conflict_scores(stack_layer_updates(updates, self.lag_layers), self.lag.xi) if scored
+                  else torch.zeros(len(self.lag_layers), dtype=torch.int64))
+        self._lag_choose(scores, scored)
+        personal = torch.zeros(len(self.lag_layers), dtype=torch.bool)
+        personal[list(self.lag_personal)] = True
+        self.lag_history["scores"].append(scores)
+        self.lag_history["personal"].append(personal)
+        self.lag_history["uploads"].append(len(updates))
+
+    def _lag_choose(self, scores: torch.Tensor, scored: bool) -> None:
+        if self.lag.schedule == "every_round":
+            # Algorithm 1 of the paper: re-select from this round's updates.
+            if scored:
+                self.lag_personal = tuple(top_k_layers(scores, self.lag.top_k))
+        else:
+            # The authors' code: sum scores over the warm-up, then freeze the top-K for good.
+            warmup = max(self.lag.warmup, 1)
+            if self.lag_rounds < warmup:
+                total = self.lag_score_total
+                self.lag_score_total = scores.clone() if total is None else total + scores
+                if self.lag_rounds == warmup - 1:
+                    self.lag_personal = tuple(top_k_layers(self.lag_score_total, self.lag.top_k))
+        self.lag_rounds += 1
+
+    # ----- naming -------------------------------------------------------------------------------------
+    def lag_personal_names(self) -> List[str]:
+        """Full parameter names currently kept personal."""
+        return [n for i in self.lag_personal for n in self.lag_layers[i].tensors]
+
+    def _lag_personal_tensors(self, client) -> State:
+        """Live personal tensors of ``client``: the chosen parameters and their modules' buffers."""
+        params = dict(client.model.named_parameters())
+        out: State = {}
+        for name in self.lag_personal_names():
+            out[name] = params[name]
+            module_name = name.rpartition(".")[0]
+            module = client.model.get_submodule(module_name)
+            prefix = f"{module_name}." if module_name else ""
+            for buffer_name, buffer in module.named_buffers(recurse=False):
+                out[prefix + buffer_name] = buffer
+        return out
+
+    def _lag_full_names(self, client, module: nn.Module) -> Dict[str, str]:
+        """Uploaded parameter name -> name in the client's full model, by parameter identity.
+
+        Falls back to a unique suffix match when the upload holds copies rather than live tensors.
+        """
+        by_identity = {id(p): n for n, p in client.model.named_parameters()}
+        full_names = list(by_identity.values())
+        mapping = {}
+        for name, param in module.named_parameters():
+            full = by_identity.get(id(param))
+            if full is None:
+                matches = [f for f in full_names if f == name or f.endswith("." + name)]
+                if len(matches) != 1:
+                    raise LagError(f"cannot tell which parameter of client {client.id}'s model the uploaded "
+                                   f"tensor {name!r} is (candidates: {matches or 'none'})")
+                full = matches[0]
+            mapping[name] = full
+        return mapping
+
+    def _lag_candidate_layers(self, client, module: nn.Module) -> List[Layer]:
+        """Layers built from what the base method uploads and shares, in the full model's order."""
+        shares = getattr(client, "shares", None)
+        mapping = self._lag_full_names(client, module)
+        shared = {full for rel, full in mapping.items() if shares is None or shares(rel)}
+        ordered = [n for n, _ in client.model.named_parameters() if n in shared]
+        if not ordered:
+            raise LagError("the base method uploads no parameters, so there is nothing to personalise")
+        return build_layers(ordered, self.lag.granularity)
+
+    def _lag_tracked_names(self, client) -> Sequence[str]:
+        if self.lag_layers is None:
+            return [n for n, _ in client.model.named_parameters()]
+        return [n for layer in self.lag_layers for n in layer.tensors]
+
+    def _lag_snapshot(self, client) -> State:
+        params = dict(client.model.named_parameters())
+        return {n: params[n].detach().clone() for n in self._lag_tracked_names(client)}
+
+    def _lag_update(self, client, module: nn.Module) -> Optional[State]:
+        """``h_{l,u}`` for every candidate tensor of one upload, by full name; None if unknown."""
+        params = dict(client.model.named_parameters())
+        names = [n for layer in self.lag_layers for n in layer.tensors]
+        if self.lag.signal == "last_batch":
+            # The authors' code: the gradient of the last minibatch, left in .grad by local training.
+            return {n: (params[n].grad if params[n].grad is not None else torch.zeros_like(params[n])).detach()
+                    for n in names}
+        start = self._lag_start.get(client.id)
+        if start is None:  # the client trained without a broadcast first: no starting point
+            return None
+        return {n: params[n].detach() - start[n] for n in names}
+
+    # ----- results --------------------------------------------------------------------------------------
+    def lag_results(self) -> Dict[str, object]:
+        """Arrays for the run's .h5: the per-layer conflict heatmap and the personal choice per round.
+
+        ``lag_conflict_scores[r, l]`` is GC_xi of layer l in round r; ``lag_personal[r, l]`` is the
+        choice made at the end of round r (it applies from the next broadcast); ``lag_num_uploads[r]``
+        is the number of clients scored, so C(uploads, 2) is the largest possible score.
+        """
+        names = [layer.name for layer in self.lag_layers or []]
+        width = len(names)
+
+        def rows(key: str, dtype: torch.dtype) -> torch.Tensor:
+            values = self.lag_history[key]
+            return torch.stack(values) if values else torch.zeros((0, width), dtype=dtype)
+        return {"lag_layer_names": names, "lag_conflict_scores": rows("scores", torch.int64),
+                "lag_personal": rows("personal", torch.bool),
+                "lag_num_uploads": torch.tensor(self.lag_history["uploads"], dtype=torch.int64)}
+
+    def result_arrays(self):
+        arrays = super().result_arrays() if hasattr(super(), "result_arrays") else {}
+        arrays.update(self.lag_results())
+        return arrays
+
+    def result_attrs(self):
+        attrs = super().result_attrs() if hasattr(super(), "result_attrs") else {}
+        attrs["lag"] = asdict(self.lag)
+        return attrs
+
+
+def with_layer_conflict(server_class: type, name: Optional[str] = None) -> type:
+    """``X+LAG``: a subclass of ``server_class`` with :class:`LayerConflictMixin` first in its MRO."""
+    if issubclass(server_class, LayerConflictMixin):
+        raise LagError(f"{server_class.__name__} already personalises conflicting layers")
+    class_name = (name or f"{server_class.__name__}+LAG").replace("+", "_")
+    return type(class_name, (LayerConflictMixin, server_class), {"__doc__": server_class.__doc__})

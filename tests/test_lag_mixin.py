@@ -1,0 +1,181 @@
+"""LayerConflictMixin on real servers: what is kept, what is overwritten, schedules, signals, naming."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from flcore.aggregation import named_tensors
+from flcore.clients.clientavg import clientAVG
+from flcore.lag.conflict import top_k_layers
+from flcore.lag.mixin import LagError, LagSettings, with_layer_conflict
+from flcore.registry import UnknownAlgorithmError, resolve
+from flcore.servers.serveravg import FedAvg
+from utils.result_utils import read_results
+from conftest import play_round, server_for, server_of_class, state_equal
+
+ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc")
+
+
+def perturb_all_clients(server):
+    """Give every client (participant or not) parameters and buffers of its own."""
+    with torch.no_grad():
+        for client in server.clients:
+            for tensor in named_tensors(client.model).values():
+                if tensor.is_floating_point():
+                    tensor.add_(0.01 * (client.id + 1))
+
+
+def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_client(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "2")
+    play_round(server)
+    personal = set(server.lag_personal_names())
+    assert len(personal) == 2
+    perturb_all_clients(server)
+    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    global_state = named_tensors(server.global_model)
+    shared = set(global_state) - personal
+    for client in server.clients:
+        state = named_tensors(client.model)
+        assert state_equal(state, before[client.id], personal), f"client {client.id} lost a personal layer"
+        assert state_equal(state, global_state, shared), f"client {client.id} missed a shared layer"
+        assert not state_equal(state, global_state, personal)
+
+
+def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
+    common = ("-m", "CNN", "-jr", "0.5", "-gr", "3")
+    fedavg = server_for(data_dir, tmp_path / "avg", "-algo", "FedAvg", *common)
+    fedlag = server_for(data_dir, tmp_path / "lag", "-algo", "FedLAG", "--lag_top_k", "0", *common)
+    fedavg.train()
+    fedlag.train()
+    a, _ = read_results(fedavg.results_file())
+    b, attrs = read_results(fedlag.results_file())
+    for name in ACCURACY_ARRAYS:
+        assert np.array_equal(a[name], b[name]), name
+    # ...while the conflict analysis is still recorded, for the heatmap.
+    assert b["lag_conflict_scores"].shape == (4, 8) and not b["lag_personal"].any()
+    assert attrs["lag"]["top_k"] == 0
+
+
+def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3")
+    server.train()
+    arrays, _ = read_results(server.results_file())
+    for scores, personal in zip(arrays["lag_conflict_scores"], arrays["lag_personal"]):
+        assert np.flatnonzero(personal).tolist() == top_k_layers(torch.as_tensor(scores), 3)
+
+
+def test_every_round_may_change_the_personal_set_and_warmup_freezes_it():
+    class Host:
+        pass
+
+    def chooser(schedule):
+        host = Host()
+        host.lag = LagSettings(top_k=1, schedule=schedule, warmup=2)
+        host.lag_personal, host.lag_score_total, host.lag_rounds = (), None, 0
+        return host
+    from flcore.lag.mixin import LayerConflictMixin
+    rounds = [torch.tensor([5, 0, 0]), torch.tensor([0, 1, 0]), torch.tensor([0, 0, 9]), torch.tensor([9, 0, 0])]
+    every, warm = chooser("every_round"), chooser("warmup")
+    seen_every, seen_warm = [], []
+    for scores in rounds:
+        LayerConflictMixin._lag_choose(every, scores, True)
+        LayerConflictMixin._lag_choose(warm, scores, True)
+        seen_every.append(every.lag_personal)
+        seen_warm.append(warm.lag_personal)
+    assert seen_every == [(0,), (1,), (2,), (0,)]
+    assert seen_warm == [(), (0,), (0,), (0,)]  # sum over 2 warm-up rounds = [5, 1, 0], then frozen
+
+
+def test_warmup_schedule_freezes_the_top_k_of_the_summed_warmup_scores(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "4", "--lag_top_k", "2",
+                        "--lag_schedule", "warmup", "--lag_warmup", "2")
+    server.train()
+    arrays, _ = read_results(server.results_file())
+    personal, scores = arrays["lag_personal"], arrays["lag_conflict_scores"]
+    assert not personal[0].any()
+    frozen = top_k_layers(torch.as_tensor(scores[:2].sum(axis=0)), 2)
+    for row in personal[1:]:
+        assert np.flatnonzero(row).tolist() == frozen
+
+
+def test_delta_signal_is_the_change_since_the_broadcast(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN")
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    start = copy.deepcopy(dict(server.global_model.named_parameters()))
+    server.train_clients(server.selected_clients)
+    server.receive_models()
+    client = server.clients[0]
+    update = server._lag_update(client, server.uploaded_models[0])
+    for name, param in client.model.named_parameters():
+        assert torch.equal(update[name], param.detach() - start[name])
+
+
+def test_last_batch_signal_is_the_gradient_left_by_local_training(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "--lag_signal", "last_batch")
+    play_round(server)
+    client = server.clients[0]
+    update = server._lag_update(client, client.shared_module())
+    for name, param in client.model.named_parameters():
+        assert param.grad is not None and torch.equal(update[name], param.grad)
+
+
+class BaseOnlyClient(clientAVG):
+    shared_path = "base"  # uploads and receives only the feature extractor, as FedPer does
+
+
+class BaseOnly(FedAvg):
+    client_class = BaseOnlyClient
+
+
+def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(data_dir, tmp_path):
+    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "2")
+    play_round(server)
+    candidates = [n for layer in server.lag_layers for n in layer.tensors]
+    assert candidates and all(n.startswith("base.") for n in candidates)  # heads are X's own, never ranked
+    personal = set(server.lag_personal_names())
+    assert len(personal) == 2 and personal <= set(candidates)
+    perturb_all_clients(server)
+    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    server.send_models()
+    global_state = named_tensors(server.global_model)
+    for client in server.clients:
+        state = named_tensors(client.model)
+        own = personal | {n for n in state if n.startswith("head.")}
+        assert state_equal(state, before[client.id], own)
+        assert state_equal(state, global_state, set(state) - own)
+
+
+def test_batchnorm_buffers_are_never_layers_and_follow_their_module(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "ResNet20", "-nc", "6", "-gr", "0",
+                        "--lag_granularity", "module", "--lag_top_k", "1")
+    play_round(server)
+    buffers = {n for n, _ in server.clients[0].model.named_buffers()}
+    layer_tensors = {n for layer in server.lag_layers for n in layer.tensors}
+    assert layer_tensors and not layer_tensors & buffers
+    bn_layer = next(i for i, l in enumerate(server.lag_layers) if l.name.endswith("bn1"))
+    assert server.lag_layers[bn_layer].tensors == (f"{server.lag_layers[bn_layer].name}.weight",
+                                                   f"{server.lag_layers[bn_layer].name}.bias")
+    server.lag_personal = (bn_layer,)
+    module = server.lag_layers[bn_layer].name
+    kept = {f"{module}.{s}" for s in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}
+    perturb_all_clients(server)
+    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    server.send_models()
+    for client in server.clients:
+        state = named_tensors(client.model)
+        assert state_equal(state, before[client.id], kept)
+        assert state_equal(state, named_tensors(server.global_model), set(state) - kept)
+
+
+def test_lag_is_refused_where_nothing_is_shared_and_bad_settings_are_named():
+    with pytest.raises(UnknownAlgorithmError, match="Local trains every client alone"):
+        resolve("Local+LAG")
+    with pytest.raises(UnknownAlgorithmError, match="already"):
+        resolve("FedLAG+LAG")
+    with pytest.raises(LagError, match="--lag_xi must be in"):
+        LagSettings(xi=0.3).check()
+    assert resolve("FedAvg+LAG")[0].__mro__[1].__name__ == "LayerConflictMixin"
