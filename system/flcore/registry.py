@@ -28,6 +28,43 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                                          "so there are no layers to personalise"),
     "FedLAG": AlgorithmSpec("serverfedlag:FedLAG", head_split=True, shares_parameters=True,
                             no_lag_reason="FedLAG already is FedAvg+LAG"),
+    # Layer-split and head-personalising methods.
+    "FedPer": AlgorithmSpec("serverper:FedPer", head_split=True, shares_parameters=True),
+    "FedRep": AlgorithmSpec("serverrep:FedRep", head_split=True, shares_parameters=True),
+    "FedBABU": AlgorithmSpec("serverbabu:FedBABU", head_split=True, shares_parameters=True),
+    "LG-FedAvg": AlgorithmSpec("serverlg:LG_FedAvg", head_split=True, shares_parameters=True),
+    "FedROD": AlgorithmSpec("serverrod:FedROD", head_split=True, shares_parameters=True),
+    "FedBN": AlgorithmSpec("serverbn:FedBN", head_split=False, shares_parameters=True),
+    "GPFL": AlgorithmSpec("servergpfl:GPFL", head_split=True, shares_parameters=True),
+    "FedCP": AlgorithmSpec("servercp:FedCP", head_split=True, shares_parameters=True),
+    "FedDBE": AlgorithmSpec("serverdbe:FedDBE", head_split=True, shares_parameters=True),
+    "FedGH": AlgorithmSpec("servergh:FedGH", head_split=True, shares_parameters=False,
+                           no_lag_reason="FedGH clients upload class prototypes, not parameters, so there "
+                                         "are no client updates of shared layers to compare"),
+    "FedPAC": AlgorithmSpec("serverpac:FedPAC", head_split=True, shares_parameters=True),
+    "FedAS": AlgorithmSpec("serveras:FedAS", head_split=True, shares_parameters=True),
+    # Regularised, full-model and personalised-copy methods.
+    "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True),
+    "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True),
+    "MOON": AlgorithmSpec("servermoon:MOON", head_split=True, shares_parameters=True),
+    "SCAFFOLD": AlgorithmSpec("serverscaffold:SCAFFOLD", head_split=False, shares_parameters=True),
+    "FedNTD": AlgorithmSpec("serverntd:FedNTD", head_split=False, shares_parameters=True),
+    "FedLC": AlgorithmSpec("serverlc:FedLC", head_split=True, shares_parameters=True),
+    "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True),
+    "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True),
+    "pFedMe": AlgorithmSpec("serverpFedMe:pFedMe", head_split=False, shares_parameters=True),
+    "PerAvg": AlgorithmSpec("serverperavg:PerAvg", head_split=False, shares_parameters=True),
+    "FedALA": AlgorithmSpec("serverala:FedALA", head_split=False, shares_parameters=True),
+    "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True),
+    "FedAMP": AlgorithmSpec("serveramp:FedAMP", head_split=False, shares_parameters=True),
+    "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True),
+    "FedPHP": AlgorithmSpec("serverphp:FedPHP", head_split=True, shares_parameters=True),
+    "FedProto": AlgorithmSpec("serverproto:FedProto", head_split=True, shares_parameters=False,
+                              no_lag_reason="FedProto shares class prototypes, not parameters, so there are "
+                                            "no layers to personalise"),
+    "FD": AlgorithmSpec("serverfd:FD", head_split=False, shares_parameters=False,
+                        no_lag_reason="FD shares per-class logits, not parameters, so there are no layers "
+                                      "to personalise"),
 }
 
 

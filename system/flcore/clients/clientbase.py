@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.state import export_attrs, import_attrs
 from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
 from utils.seeding import client_generator
@@ -38,6 +39,10 @@ class DivergenceError(RuntimeError):
 
 class Client:
     shared_path: str = ""  # sub-module exchanged with the server; "" is the whole model
+    # Attributes beyond the model, optimiser, scheduler and generator that carry state from one
+    # round to the next (a personal model, control variates, ...). Checkpoints save them and
+    # executors move them; anything not listed must be rebuilt at the start of each round.
+    persistent_attrs: Tuple[str, ...] = ()
 
     def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
         self.args = args
@@ -74,6 +79,15 @@ class Client:
         """Receive the server's ``module`` (the global counterpart of :meth:`shared_module`)."""
         source = named_tensors(module)
         copy_into(self.shared_module(), source, [n for n in source if self.shares(n)])
+
+    # ----- state (checkpoints, executors) -------------------------------------------------------
+    def get_state(self) -> dict:
+        base = ("model", "optimizer", "learning_rate_scheduler", "generator")
+        return export_attrs(self, base + tuple(self.persistent_attrs))
+
+    def set_state(self, state: dict) -> None:
+        """Load :meth:`get_state`'s output; modules and optimisers are updated in place."""
+        import_attrs(self, state)
 
     # ----- local training ---------------------------------------------------------------------
     def train(self) -> None:

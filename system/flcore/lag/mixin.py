@@ -207,6 +207,31 @@ class LayerConflictMixin:
             return None
         return {n: params[n].detach() - start[n] for n in names}
 
+    # ----- state (checkpoints) -----------------------------------------------------------------------
+    def lag_state(self) -> dict:
+        return {"layers": None if self.lag_layers is None else [[l.name, list(l.tensors)] for l in self.lag_layers],
+                "personal": list(self.lag_personal), "score_total": self.lag_score_total,
+                "rounds": self.lag_rounds, "history": {k: list(v) for k, v in self.lag_history.items()}}
+
+    def load_lag_state(self, state: dict) -> None:
+        layers = state["layers"]
+        self.lag_layers = None if layers is None else [Layer(name, tuple(t)) for name, t in layers]
+        self.lag_personal = tuple(state["personal"])
+        self.lag_score_total = state["score_total"]
+        self.lag_rounds = int(state["rounds"])
+        self.lag_history = {k: list(v) for k, v in state["history"].items()}
+
+    def get_state(self):
+        state = super().get_state() if hasattr(super(), "get_state") else {}
+        state["lag"] = self.lag_state()
+        return state
+
+    def set_state(self, state):
+        state = dict(state)
+        self.load_lag_state(state.pop("lag"))
+        if hasattr(super(), "set_state"):
+            super().set_state(state)
+
     # ----- results --------------------------------------------------------------------------------------
     def lag_results(self) -> Dict[str, object]:
         """Arrays for the run's .h5: the per-layer conflict heatmap and the personal choice per round.

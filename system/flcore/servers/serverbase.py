@@ -24,6 +24,7 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.clients.clientbase import Client, DivergenceError
+from flcore.state import export_attrs, import_attrs
 from utils.data_utils import DatasetError, DatasetInfo, load_client_data
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path
@@ -38,6 +39,9 @@ class RunError(RuntimeError):
 
 class Server:
     client_class: Type[Client] = Client
+    # Server attributes that carry state across rounds (control variates, stored models, ...),
+    # besides the global model, the sampler, the round counter and the history.
+    persistent_attrs: tuple = ()
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
         self.args = args
@@ -69,13 +73,16 @@ class Server:
         self.uploaded_models: List[nn.Module] = []
 
         self.current_round = 0
-        self.rs_test_acc: List[float] = []
-        self.rs_test_auc: List[float] = []
-        self.rs_train_loss: List[float] = []
         # Every recorded series, by its name in the .h5 file; algorithms add their own via record().
-        self.history: Dict[str, list] = {"rs_test_acc": self.rs_test_acc, "rs_test_auc": self.rs_test_auc,
-                                         "rs_train_loss": self.rs_train_loss, "rs_client_acc": [],
-                                         "rs_eval_round": [], "rs_round_time": []}
+        self.history: Dict[str, list] = {name: [] for name in ("rs_test_acc", "rs_test_auc", "rs_train_loss",
+                                                               "rs_client_acc", "rs_eval_round", "rs_round_time")}
+        self._bind_history()
+
+    def _bind_history(self) -> None:
+        """PFLlib's attribute names for the three classic series."""
+        self.rs_test_acc: List[float] = self.history["rs_test_acc"]
+        self.rs_test_auc: List[float] = self.history["rs_test_auc"]
+        self.rs_train_loss: List[float] = self.history["rs_train_loss"]
 
     # ----- set-up ------------------------------------------------------------------------------
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
@@ -207,6 +214,21 @@ class Server:
         if len(values) <= top_cnt:
             return False
         return len(values) - 1 - int(np.argmax(values)) > top_cnt
+
+    # ----- state (checkpoints) -----------------------------------------------------------------
+    def get_state(self) -> dict:
+        """Everything needed to continue the run: server attributes and every client's state."""
+        names = ("global_model", "sampler", "current_round", "history") + tuple(self.persistent_attrs)
+        state = export_attrs(self, names)
+        state["clients"] = [client.get_state() for client in self.clients]
+        return state
+
+    def set_state(self, state: dict) -> None:
+        state = dict(state)
+        for client, client_state in zip(self.clients, state.pop("clients")):
+            client.set_state(client_state)
+        import_attrs(self, state)
+        self._bind_history()
 
     # ----- results -----------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:
