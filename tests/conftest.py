@@ -72,3 +72,46 @@ def play_round(server):
     server.train_clients(server.selected_clients)
     server.receive_models()
     server.aggregate_parameters()
+
+
+def perturb_all_clients(server) -> None:
+    """Give every client (participant or not) floating-point tensors of its own."""
+    import torch
+    from flcore.aggregation import named_tensors
+    with torch.no_grad():
+        for client in server.clients:
+            for tensor in named_tensors(client.model).values():
+                if tensor.is_floating_point():
+                    tensor.add_(0.01 * (client.id + 1))
+
+
+def assert_lag_composes(server, k: int = 2, private=None) -> set:
+    """Check an ``X+LAG`` server: after a round, K of X's shared tensors are personal, and a broadcast
+    leaves every client's LAG-personal tensors, X's own non-shared tensors and ``private(client)``
+    (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical.
+
+    Returns the set of LAG-personal names. Tensor granularity is assumed (K tensors).
+    """
+    import copy
+    from flcore.aggregation import named_tensors
+    play_round(server)
+    candidates = {n for layer in server.lag_layers for n in layer.tensors}
+    personal = set(server.lag_personal_names())
+    assert len(personal) == min(k, len(candidates)), personal
+    assert personal <= candidates
+    shared_rel = named_tensors(server.clients[0].shared_module())
+    prefix = server.clients[0].shared_path + "." if server.clients[0].shared_path else ""
+    uploaded = {prefix + n for n in shared_rel if server.clients[0].shares(n)}
+    assert candidates <= uploaded, "LAG ranked a tensor the base method does not share"
+    perturb_all_clients(server)
+    private = private or (lambda client: {})
+    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before_private = {c.id: copy.deepcopy(private(c)) for c in server.clients}
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    for client in server.clients:
+        state = named_tensors(client.model)
+        own = set(state) - uploaded  # what X itself never shares
+        assert state_equal(state, before[client.id], personal | own), f"client {client.id}"
+        assert state_equal(private(client), before_private[client.id]), f"client {client.id} private state"
+    return personal

@@ -12,18 +12,9 @@ from flcore.lag.mixin import LagError, LagSettings, with_layer_conflict
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
-from conftest import play_round, server_for, server_of_class, state_equal
+from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, server_of_class, state_equal
 
 ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc")
-
-
-def perturb_all_clients(server):
-    """Give every client (participant or not) parameters and buffers of its own."""
-    with torch.no_grad():
-        for client in server.clients:
-            for tensor in named_tensors(client.model).values():
-                if tensor.is_floating_point():
-                    tensor.add_(0.01 * (client.id + 1))
 
 
 def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_client(data_dir, tmp_path):
@@ -129,6 +120,12 @@ class BaseOnlyClient(clientAVG):
 
 class BaseOnly(FedAvg):
     client_class = BaseOnlyClient
+
+
+def test_generic_composition_check_on_a_base_only_server(data_dir, tmp_path):
+    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "2")
+    personal = assert_lag_composes(server, k=2)
+    assert all(n.startswith("base.") for n in personal)
 
 
 def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(data_dir, tmp_path):
