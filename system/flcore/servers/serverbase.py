@@ -37,6 +37,10 @@ class RunError(RuntimeError):
     """A run stopped for a reason the user can act on; the message says what to change."""
 
 
+class ConfigError(ValueError):
+    """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
+
+
 class Server:
     client_class: Type[Client] = Client
     # Server attributes that carry state across rounds (control variates, stored models, ...),
