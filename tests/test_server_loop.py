@@ -70,8 +70,9 @@ def test_diverging_run_names_round_and_client_and_keeps_results(data_dir, tmp_pa
     server = server_for(data_dir, tmp_path, "-lr", "1e30", "-gr", "3")
     with pytest.raises(RunError, match=r"round 0: client \d+ reached a non-finite loss .* lower -lr"):
         server.train()
-    arrays, _ = read_results(server.results_file())
+    arrays, attrs = read_results(server.results_file())
     assert len(arrays["rs_test_acc"]) == 1  # the evaluation of round 0 was kept
+    assert not attrs["complete"]
 
 
 def test_auto_break_stops_when_accuracy_stalls(data_dir, tmp_path):
@@ -83,7 +84,8 @@ def test_auto_break_stops_when_accuracy_stalls(data_dir, tmp_path):
 def test_new_clients_are_fine_tuned_and_reported_separately(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-nc", "4", "-nnc", "2", "-ften", "1", "-gr", "1")
     server.train()
-    arrays, _ = read_results(server.results_file())
+    arrays, attrs = read_results(server.results_file())
+    assert attrs["complete"] and attrs["rounds_done"] == 2
     assert len(arrays["rs_test_acc"]) == 2 and len(arrays["rs_new_test_acc"]) == 1
     assert arrays["rs_new_client_acc"].shape == (1, 2)
     assert [c.id for c in server.new_clients] == [4, 5]

@@ -126,6 +126,8 @@ class Server:
                     reporter.note(f"auto-break: best accuracy unchanged for {self.top_cnt} evaluations")
                     break
             self.finish()
+            if self.num_new_clients > 0:
+                self.evaluate_new_clients()
         except DivergenceError as err:
             path = self.save_results()
             raise RunError(
@@ -133,10 +135,7 @@ class Server:
                 f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
         finally:
             reporter.close()
-        self.save_results()
-        if self.num_new_clients > 0:
-            self.evaluate_new_clients()
-            self.save_results()
+        self.save_results(complete=True)
 
     def select_clients(self) -> List[Client]:
         count = self.num_join_clients
@@ -240,13 +239,15 @@ class Server:
         return {name: np.asarray(values) for name, values in self.history.items()}
 
     def result_attrs(self) -> Dict[str, object]:
-        return {"config": vars(self.args), "run": self.times}
+        return {"config": vars(self.args), "run": self.times, "algorithm": self.algorithm,
+                "dataset": self.dataset, "rounds_done": len(self.history["rs_round_time"])}
 
     def results_file(self) -> Path:
         folder = Path(self.args.results_dir) if self.args.results_dir else RESULTS_DIR
         return result_path(folder, self.dataset, self.algorithm, self.goal, self.times)
 
-    def save_results(self) -> Path:
+    def save_results(self, complete: bool = False) -> Path:
+        """Write the run's .h5; ``complete`` marks a run that reached its end (batch tools skip those)."""
         path = self.results_file()
-        write_results(path, self.result_arrays(), self.result_attrs())
+        write_results(path, self.result_arrays(), dict(self.result_attrs(), complete=complete))
         return path
