@@ -19,13 +19,14 @@ from flcore.registry import UnknownAlgorithmError  # noqa: E402
 from flcore.runner import DeviceError, build_server, prepare  # noqa: E402
 from flcore.servers.serverbase import ConfigError, RunError  # noqa: E402
 from flcore.trainmodel.models import UnknownModelError  # noqa: E402
+from utils.checkpoint import CheckpointError  # noqa: E402
 from utils.data_utils import DatasetError  # noqa: E402
 from utils.options import parse_args  # noqa: E402
 from utils.paths import display_path  # noqa: E402
 from utils.result_utils import average_data  # noqa: E402
 
 USER_ERRORS = (UnknownAlgorithmError, UnknownModelError, DatasetError, DeviceError, RunError, ConfigError,
-               LagError)
+               LagError, CheckpointError)
 
 
 def run(args) -> None:

@@ -26,6 +26,14 @@ def test_micro_auc_equals_sklearn_micro_average():
     assert np.isclose(micro_auc(logits, labels, 4), expected)
 
 
+def test_micro_auc_handles_tied_scores_like_sklearn():
+    logits = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.0, 2.0], [0.0, 1.0, 1.0]])
+    labels = torch.tensor([0, 1, 2, 2])
+    probs = torch.softmax(logits, 1).numpy()
+    expected = roc_auc_score(label_binarize(labels.numpy(), classes=range(3)), probs, average="micro")
+    assert np.isclose(micro_auc(logits, labels, 3), expected)
+
+
 def test_micro_auc_of_a_perfect_classifier_is_one():
     labels = torch.tensor([0, 1, 2, 1])
     assert micro_auc(torch.eye(3)[labels] * 10, labels, 3) == 1.0

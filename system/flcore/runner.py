@@ -7,6 +7,7 @@ import copy
 import torch
 
 from flcore.registry import resolve
+from flcore.servers.serverbase import ConfigError
 from flcore.trainmodel.models import build_model, split_head
 from utils.data_utils import DatasetError, dataset_info, ensure_default_dataset
 from utils.seeding import seed_everything
@@ -58,7 +59,28 @@ def build_server(args: argparse.Namespace, run: int = 0):
     seed_everything(run_args.seed)
     server_class, spec = resolve(args.algorithm)
     info = dataset_info(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
-    model = build_model(args.model, info.input_shape, args.num_classes)
+    model = build_checked_model(args.model, info.input_shape, args.num_classes)
     if spec.head_split:
         model = split_head(model)
-    return server_class(run_args, run, model, info)
+    server = server_class(run_args, run, model, info)
+    if args.resume:
+        note = server.resume()
+        if note:
+            print(f"note: {note}")
+    return server
+
+
+def build_checked_model(name: str, input_shape, num_classes: int):
+    """Build ``-m name`` and push a dummy batch through it, so a model that cannot take the dataset's
+    inputs (e.g. an image too small for its pooling) fails early, in one line."""
+    try:
+        model = build_model(name, input_shape, num_classes)
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(2, *input_shape))
+        model.train()
+        return model
+    except RuntimeError as err:
+        first_line = str(err).splitlines()[0]
+        raise ConfigError(f"model {name} cannot take inputs of shape {tuple(input_shape)} ({first_line}); "
+                          f"choose another -m") from None

@@ -6,7 +6,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,27 @@ def summarize(test: Sequence[ClientTestStats], train_loss_sums: Sequence[float],
 
 
 def micro_auc(logits: torch.Tensor, labels: torch.Tensor, num_classes: int) -> float:
-    """Micro-averaged one-vs-rest ROC-AUC of softmax scores (sklearn's ``average='micro'``)."""
-    probs = torch.softmax(logits.float(), dim=1).cpu().numpy()
-    onehot = np.eye(num_classes, dtype=np.int8)[labels.cpu().numpy()]
-    return float(roc_auc_score(onehot.ravel(), probs.ravel()))
+    """Micro-averaged one-vs-rest ROC-AUC of softmax scores (sklearn's ``average='micro'``).
+
+    All (sample, class) scores are pooled and ranked once: AUC is the Mann-Whitney statistic
+    ``(sum of positive ranks - P(P+1)/2) / (P N)`` with tied scores sharing their average rank.
+    """
+    probs = torch.softmax(logits.float(), dim=1).cpu().numpy().ravel()
+    positive = np.eye(num_classes, dtype=bool)[labels.cpu().numpy()].ravel()
+    n_pos = int(positive.sum())
+    n_neg = positive.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    return float((_average_ranks(probs)[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``; equal values get the mean of the ranks they span."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts_group = np.r_[True, ordered[1:] != ordered[:-1]]
+    starts = np.flatnonzero(starts_group)
+    ends = np.r_[starts[1:], len(values)]
+    ranks = np.empty(len(values))
+    ranks[order] = ((starts + 1 + ends) / 2)[np.cumsum(starts_group) - 1]
+    return ranks

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seeds Python, NumPy, torch and client sampling")
     p.add_argument("--data_dir", default=None, help="folder holding <dataset>/ (default: dataset/)")
     p.add_argument("--results_dir", default=None, help="folder for .h5 results (default: results/)")
+    p.add_argument("--checkpoint_every", type=int, default=0,
+                   help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
+    boolean("-rs", "--resume", "continue from the newest checkpoint of the same run (same flags)")
 
     # Algorithm hyper-parameters (PFLlib's names; their meaning depends on the algorithm).
     flag("-bt", "--beta", type=float, default=0.0)
@@ -131,6 +134,7 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(args.num_new_clients >= 0, f"-nnc must be >= 0, got {args.num_new_clients}")
     need(args.few_shot >= 0, f"-fs/--few_shot must be >= 0, got {args.few_shot}")
     need(args.num_classes is None or args.num_classes >= 2, f"-ncl must be >= 2, got {args.num_classes}")
+    need(args.checkpoint_every >= 0, f"--checkpoint_every must be >= 0, got {args.checkpoint_every}")
     need(args.lag_top_k >= 0, f"--lag_top_k must be >= 0, got {args.lag_top_k}")
     need(-1 <= args.lag_xi <= 0, f"--lag_xi must be in [-1, 0], got {args.lag_xi}")
     need(args.lag_warmup is None or args.lag_warmup >= 0, f"--lag_warmup must be >= 0, got {args.lag_warmup}")

@@ -18,9 +18,10 @@ def format_round(rnd: int, last: int, seconds: float, summary: Optional[Summary]
 class RoundReporter:
     """Prints :func:`format_round` lines; on a TTY they scroll above a tqdm bar with an ETA."""
 
-    def __init__(self, total_rounds: int, title: str = "", stream=None):
+    def __init__(self, total_rounds: int, title: str = "", stream=None, first: int = 0):
+        """``total_rounds`` still to run, numbered from ``first`` (non-zero when a run resumes)."""
         self.stream = stream or sys.stdout
-        self.last = total_rounds - 1
+        self.last = first + total_rounds - 1
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm

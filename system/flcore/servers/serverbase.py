@@ -25,6 +25,8 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.clients.clientbase import Client, DivergenceError
 from flcore.state import export_attrs, import_attrs
+from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
+                              load_latest_checkpoint, remove_checkpoints, save_checkpoint, set_global_rng_state)
 from utils.data_utils import DatasetError, DatasetInfo, load_client_data
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path
@@ -66,6 +68,7 @@ class Server:
         self.top_cnt = args.top_cnt
         self.num_new_clients = args.num_new_clients
         self.fine_tuning_epoch_new = args.fine_tuning_epoch_new
+        self.checkpoint_every = getattr(args, "checkpoint_every", 0)
 
         self.global_model = model.to(self.device)
         self.sampler = sampler_rng(args.seed)
@@ -107,7 +110,8 @@ class Server:
 
     # ----- the round loop ----------------------------------------------------------------------
     def train(self) -> None:
-        reporter = RoundReporter(self.global_rounds + 1, title=f"{self.algorithm} on {self.dataset}")
+        reporter = RoundReporter(self.global_rounds + 1 - self.current_round, first=self.current_round,
+                                 title=f"{self.algorithm} on {self.dataset}")
         try:
             for rnd in range(self.current_round, self.global_rounds + 1):
                 self.current_round = rnd
@@ -122,6 +126,8 @@ class Server:
                 elapsed = time.perf_counter() - start
                 self.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)
+                if self.checkpoint_every and (rnd + 1) % self.checkpoint_every == 0:
+                    self.save_checkpoint(rnd)
                 if self.auto_break and self.check_done(self.rs_test_acc, self.top_cnt):
                     reporter.note(f"auto-break: best accuracy unchanged for {self.top_cnt} evaluations")
                     break
@@ -136,6 +142,7 @@ class Server:
         finally:
             reporter.close()
         self.save_results(complete=True)
+        remove_checkpoints(self.checkpoint_folder())
 
     def select_clients(self) -> List[Client]:
         count = self.num_join_clients
@@ -232,6 +239,32 @@ class Server:
             client.set_state(client_state)
         import_attrs(self, state)
         self._bind_history()
+
+    def checkpoint_folder(self) -> Path:
+        return checkpoint_folder(self.results_file())
+
+    def save_checkpoint(self, rnd: int) -> Path:
+        """Everything needed to continue after round ``rnd``, including every random generator."""
+        payload = {"config": vars(self.args), "server": self.get_state(), "rng": global_rng_state()}
+        return save_checkpoint(self.checkpoint_folder(), rnd, payload)
+
+    def resume(self) -> Optional[str]:
+        """Continue from the newest usable checkpoint of this run; returns a note for the user, if any.
+
+        Refuses (``CheckpointError``) when the checkpoint was made with different flags.
+        """
+        found = load_latest_checkpoint(self.checkpoint_folder())
+        if found is None:
+            return "no checkpoint to resume from; starting from round 0"
+        differences = config_differences(found.payload["config"], vars(self.args))
+        if differences:
+            raise CheckpointError("cannot resume: the checkpoint was made with other flags ("
+                                  + "; ".join(differences) + "); rerun with the original flags or without --resume")
+        self.set_state(found.payload["server"])
+        set_global_rng_state(found.payload["rng"])
+        self.current_round = found.round + 1
+        notes = [f"skipped {s}" for s in found.skipped]
+        return "; ".join(notes + [f"resumed after round {found.round}"])
 
     # ----- results -----------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:

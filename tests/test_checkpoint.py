@@ -1,0 +1,94 @@
+"""Checkpoint and resume: a run killed with SIGKILL and resumed gives the uninterrupted run's arrays."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from utils.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
+from utils.result_utils import read_results, result_path
+from conftest import REPO, cli, server_for
+
+TIMING = {"rs_round_time"}
+ROUNDS = 12
+
+
+def command(data_dir, results_dir, algorithm, *extra):
+    return [sys.executable, str(REPO / "system" / "main.py"),
+            *cli(data_dir, results_dir, "-algo", algorithm, "-m", "DNN", "-jr", "0.5", "-gr", str(ROUNDS),
+                 "--checkpoint_every", "1", *extra)]
+
+
+def kill_after_checkpoints(cmd, folder, count=3, timeout=60):
+    """Start ``cmd`` and SIGKILL it once ``count`` checkpoints exist; returns the killed process."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if folder.is_dir() and len(list(folder.glob("round_*.sha256"))) >= 1 and \
+                max(int(p.stem.split("_")[1]) for p in folder.glob("round_*.sha256")) >= count - 1:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return proc
+
+
+@pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG"])
+def test_killed_and_resumed_run_equals_an_uninterrupted_one(algorithm, data_dir, tmp_path):
+    reference = server_for(data_dir, tmp_path / "clean", "-algo", algorithm, "-m", "DNN", "-jr", "0.5",
+                           "-gr", str(ROUNDS))
+    reference.train()
+    expected, _ = read_results(reference.results_file())
+
+    results = tmp_path / "killed"
+    folder = results / "checkpoints" / f"Toy_{algorithm}_test_0"
+    killed = kill_after_checkpoints(command(data_dir, results, algorithm), folder)
+    assert killed.returncode == -signal.SIGKILL
+    resumed = subprocess.run(command(data_dir, results, algorithm, "--resume"), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed after round" in resumed.stdout
+    got, attrs = read_results(result_path(results, "Toy", algorithm, "test", 0))
+    assert attrs["complete"]
+    assert set(got) == set(expected)
+    for name in set(got) - TIMING:
+        assert np.array_equal(got[name], expected[name]), name
+    assert not folder.exists()  # checkpoints are removed once the run completes
+
+
+def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
+    for rnd in range(3):
+        save_checkpoint(tmp_path, rnd, {"round": torch.tensor(rnd)})
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["round_000001.pt", "round_000002.pt"]  # keeps 2
+    newest = tmp_path / "round_000002.pt"
+    newest.write_bytes(newest.read_bytes()[:-10])  # truncated
+    found = load_latest_checkpoint(tmp_path)
+    assert found.round == 1 and int(found.payload["round"]) == 1
+    assert "round_000002.pt: checksum mismatch" in found.skipped[0]
+
+
+def test_a_checkpoint_without_checksum_counts_as_interrupted(tmp_path):
+    save_checkpoint(tmp_path, 0, {"x": 1})
+    save_checkpoint(tmp_path, 1, {"x": 2})
+    (tmp_path / "round_000001.sha256").unlink()
+    found = load_latest_checkpoint(tmp_path)
+    assert found.round == 0 and "no checksum" in found.skipped[0]
+
+
+def test_no_usable_checkpoint_at_all_is_an_error(tmp_path):
+    save_checkpoint(tmp_path, 0, {"x": 1})
+    (tmp_path / "round_000000.pt").write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        load_latest_checkpoint(tmp_path)
+
+
+def test_resume_with_other_flags_is_refused(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
+    server.save_checkpoint(1)
+    other = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1", "-lr", "0.01")
+    with pytest.raises(CheckpointError, match=r"--local_learning_rate: 0.05 in the checkpoint, 0.01 now"):
+        other.resume()
