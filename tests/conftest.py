@@ -6,6 +6,10 @@ from typing import Iterable
 
 import numpy as np
 import pytest
+import torch
+
+# Tests run many small models: one thread avoids oversubscribing a shared 2-core machine.
+torch.set_num_threads(1)
 
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.runner import build_server, prepare

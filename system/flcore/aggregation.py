@@ -47,7 +47,9 @@ def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequ
 
 
 def sample_weights(num_samples: Sequence[int]) -> list[float]:
-    """FedAvg weights ``n_i / sum(n)``; uniform when every count is zero."""
+    """FedAvg weights ``n_i / sum(n)``; uniform when every count is zero; empty for no uploads."""
+    if len(num_samples) == 0:
+        return []
     total = float(sum(num_samples))
     if total <= 0:
         return [1.0 / len(num_samples)] * len(num_samples)

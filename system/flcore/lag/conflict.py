@@ -51,6 +51,17 @@ def stack_layer_updates(updates: Sequence[Mapping[str, torch.Tensor]], layers: S
             for layer in layers]
 
 
+def gram_cosines(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Cosines from a Gram matrix ``G = U U^T``: ``G_ij / (|u_i| |u_j|)``, and which rows are non-zero.
+
+    Scaling the m x m Gram matrix is the same as normalising the rows first, without an m x d copy.
+    """
+    norms = gram.diagonal().clamp(min=0).sqrt()
+    valid = norms > 0
+    safe = torch.where(valid, norms, torch.ones_like(norms))
+    return gram / safe.unsqueeze(0) / safe.unsqueeze(1), valid
+
+
 def pairwise_cosines(updates: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Cosine of every pair of rows of ``updates`` (m x d) through one Gram matrix.
 
@@ -58,23 +69,43 @@ def pairwise_cosines(updates: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]
     non-zero norm (rows of zero norm get cosine 0 with everything and must not be counted).
     """
     rows = updates.reshape(updates.shape[0], -1)
-    norms = torch.linalg.vector_norm(rows, dim=1)
-    valid = norms > 0
-    unit = rows / torch.where(valid, norms, torch.ones_like(norms)).unsqueeze(1)
-    return unit @ unit.T, valid
+    return gram_cosines(rows @ rows.T)
 
 
-def conflict_count(updates: torch.Tensor, xi: float) -> int:
-    """GC_xi of one layer: unordered pairs of valid rows whose cosine is strictly below ``xi``."""
-    cos, valid = pairwise_cosines(updates)
+def count_below(cos: torch.Tensor, valid: torch.Tensor, xi: float) -> int:
+    """Unordered pairs of valid rows whose cosine is strictly below ``xi``."""
     both_valid = valid.unsqueeze(0) & valid.unsqueeze(1)
     upper = torch.ones_like(cos, dtype=torch.bool).triu(diagonal=1)
     return int(((cos < xi) & both_valid & upper).sum())
 
 
+def conflict_count(updates: torch.Tensor, xi: float) -> int:
+    """GC_xi of one layer: unordered pairs of valid rows whose cosine is strictly below ``xi``."""
+    return count_below(*pairwise_cosines(updates), xi)
+
+
 def conflict_scores(layer_updates: Sequence[torch.Tensor], xi: float) -> torch.Tensor:
     """GC_xi for every layer: an int64 vector, one entry per layer."""
     return torch.tensor([conflict_count(u, xi) for u in layer_updates], dtype=torch.int64)
+
+
+def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
+                             rows: Sequence[int] | None = None) -> torch.Tensor:
+    """GC_xi per layer from one ``(clients, parameters)`` matrix whose columns are the flat model.
+
+    ``spans[l]`` lists the column ranges of layer l; a single range is used as a strided view, so no
+    per-layer copy is made. ``rows`` restricts the count to some clients (all by default).
+    """
+    scores = []
+    for layer_spans in spans:
+        block = (updates[:, layer_spans[0][0]:layer_spans[0][1]] if len(layer_spans) == 1
+                 else torch.cat([updates[:, a:b] for a, b in layer_spans], dim=1))
+        gram = block @ block.T
+        if rows is not None:
+            index = torch.as_tensor(list(rows), dtype=torch.long)
+            gram = gram[index][:, index]
+        scores.append(count_below(*gram_cosines(gram), xi))
+    return torch.tensor(scores, dtype=torch.int64)
 
 
 def top_k_layers(scores: torch.Tensor, k: int) -> List[int]:

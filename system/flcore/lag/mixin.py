@@ -5,7 +5,10 @@ hooks every PFLlib-style server has, and calls the base method's own version of 
 
 * ``send_models``: the base broadcast runs unchanged, then every client gets back its own copy of
   the personal layers (parameters, and the buffers of their modules). With ``--lag_signal delta``
-  the selected clients' starting tensors are remembered here, for the update ``theta^(r,E) - theta^(r)``.
+  the selected clients' starting parameters are written into one (clients x parameters) matrix here;
+  at upload each row becomes the update ``theta^(r,E) - theta^(r)`` in place, and every layer is scored
+  on a column view of that matrix (no per-layer or per-client copies: 100 clients x 1M parameters
+  cost one 400 MB buffer and one m x m Gram matrix per layer).
 * ``receive_models``: after the base upload, each uploaded tensor is named by parameter identity
   against the client's full model (so an upload of only ``model.base`` maps to ``base.*``), the
   per-layer updates are scored (``conflict.py``) and the personal set is chosen.
@@ -27,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .conflict import GRANULARITIES, Layer, build_layers, conflict_scores, stack_layer_updates, top_k_layers
+from .conflict import GRANULARITIES, Layer, build_layers, conflict_scores_in_spans, top_k_layers
 
 SCHEDULES = ("every_round", "warmup")
 SIGNALS = ("delta", "last_batch")
@@ -87,7 +90,12 @@ class LayerConflictMixin:
         self.lag_score_total: Optional[torch.Tensor] = None  # warm-up accumulator
         self.lag_rounds = 0                               # uploads scored so far (= rounds)
         self.lag_history: Dict[str, list] = {"scores": [], "personal": [], "uploads": []}
-        self._lag_start: Dict[int, State] = {}
+        # Transient, rebuilt every round: flat-parameter layout, per-layer column spans, update matrix.
+        self._lag_columns: Optional[Dict[str, Tuple[int, int]]] = None
+        self._lag_spans: List[List[Tuple[int, int]]] = []
+        self._lag_matrix: Optional[torch.Tensor] = None
+        self._lag_rows: Dict[int, int] = {}     # client id -> row holding its starting parameters
+        self._lag_scored: Dict[int, int] = {}   # client id -> row holding its last scored update
 
     # ----- broadcast: base behaviour, then personal layers put back --------------------------------
     def send_models(self):
@@ -100,28 +108,101 @@ class LayerConflictMixin:
                 for name, tensor in live.items():
                     tensor.copy_(saved[client.id][name])
         if self.lag.signal == "delta":
-            # theta^(r): what each selected client starts local training from.
-            self._lag_start = {c.id: self._lag_snapshot(c) for c in self.selected_clients}
+            # theta^(r): what each selected client starts local training from, one row per client.
+            selected = list(self.selected_clients)
+            matrix = self._lag_buffer(len(selected), selected[0]) if selected else None
+            for row, client in enumerate(selected):
+                torch.cat(self._lag_flat_parts(client), out=matrix[row])
+            self._lag_rows = {c.id: row for row, c in enumerate(selected)}
 
     # ----- upload: base behaviour, then score and choose --------------------------------------------
     def receive_models(self):
         super().receive_models()
-        by_id = {c.id: c for c in self.clients}
-        uploads = [(by_id[i], m) for i, m in zip(self.uploaded_ids, self.uploaded_models)]
+        uploads = list(zip(self._lag_upload_owners(), self.uploaded_models))
         if self.lag_layers is None and uploads:
             self.lag_layers = self._lag_candidate_layers(*uploads[0])
         if self.lag_layers is None:
             return
-        updates = [u for u in (self._lag_update(c, m) for c, m in uploads) if u is not None]
-        scored = len(updates) >= 2
-        scores = (conflict_scores(stack_layer_updates(updates, self.lag_layers), self.lag.xi) if scored
+        rows = self._lag_collect_updates([client for client, _ in uploads])
+        scored = len(rows) >= 2
+        scores = (conflict_scores_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows) if scored
                   else torch.zeros(len(self.lag_layers), dtype=torch.int64))
         self._lag_choose(scores, scored)
         personal = torch.zeros(len(self.lag_layers), dtype=torch.bool)
         personal[list(self.lag_personal)] = True
         self.lag_history["scores"].append(scores)
         self.lag_history["personal"].append(personal)
-        self.lag_history["uploads"].append(len(updates))
+        self.lag_history["uploads"].append(len(rows))
+
+    def _lag_upload_owners(self) -> List:
+        """The client behind each upload, found by parameter identity.
+
+        ``uploaded_ids`` is not trusted on its own: upstream PFLlib's FedRep/FedPer never reset it, so it
+        grows every round. It is used only for uploads that hold copies rather than live tensors.
+        """
+        owner_of = {id(p): c for c in self.clients for p in c.model.parameters()}
+        by_id = {c.id: c for c in self.clients}
+        owners = []
+        for index, module in enumerate(self.uploaded_models):
+            first = next(module.parameters(), None)
+            owner = owner_of.get(id(first)) if first is not None else None
+            if owner is None:
+                owner = by_id[self.uploaded_ids[index]]
+            owners.append(owner)
+        return owners
+
+    def _lag_collect_updates(self, clients: Sequence) -> List[int]:
+        """Turn the update matrix's rows into ``h_u`` for the uploading clients; returns their rows."""
+        if self.lag.signal == "last_batch":
+            # The authors' code: the gradient of the last minibatch, left in .grad by local training.
+            matrix = self._lag_buffer(len(clients), clients[0])
+            for row, client in enumerate(clients):
+                torch.cat(self._lag_flat_parts(client, gradients=True), out=matrix[row])
+            self._lag_scored = {client.id: row for row, client in enumerate(clients)}
+            return list(range(len(clients)))
+        self._lag_scored = {}
+        rows = []
+        for client in clients:
+            row = self._lag_rows.pop(client.id, None)
+            if row is None:  # trained without a broadcast first: no starting point to compare with
+                continue
+            start = self._lag_matrix[row]
+            start.sub_(torch.cat(self._lag_flat_parts(client))).neg_()  # theta^(r,E) - theta^(r)
+            self._lag_scored[client.id] = row
+            rows.append(row)
+        return rows
+
+    def _lag_layout(self, client) -> Dict[str, Tuple[int, int]]:
+        """Column range of every parameter in the flat vector (``named_parameters()`` order)."""
+        if self._lag_columns is None:
+            self._lag_columns, end = {}, 0
+            for name, param in client.model.named_parameters():
+                self._lag_columns[name] = (end, end + param.numel())
+                end += param.numel()
+        return self._lag_columns
+
+    def _lag_buffer(self, num_rows: int, client) -> torch.Tensor:
+        """The (clients x parameters) matrix, reused across rounds when its size allows."""
+        width = max(b for _, b in self._lag_layout(client).values())
+        param = next(client.model.parameters())
+        if (self._lag_matrix is None or self._lag_matrix.shape != (num_rows, width)
+                or self._lag_matrix.device != param.device):
+            self._lag_matrix = torch.empty(num_rows, width, dtype=param.dtype, device=param.device)
+        return self._lag_matrix
+
+    def _lag_flat_parts(self, client, gradients: bool = False) -> List[torch.Tensor]:
+        """The client's parameters (or their gradients, zeros where none) in layout order, flattened."""
+        parts = []
+        for param in client.model.parameters():
+            value = param.grad if gradients else param
+            parts.append(torch.zeros(param.numel(), dtype=param.dtype, device=param.device) if value is None
+                         else value.detach().reshape(-1))
+        return parts
+
+    def lag_update_of(self, client_id: int) -> State:
+        """The last scored update ``h_u`` of one client, by parameter name (for inspection and tests)."""
+        row = self._lag_matrix[self._lag_scored[client_id]]
+        return {name: row[a:b] for name, (a, b) in self._lag_columns.items()}
 
     def _lag_choose(self, scores: torch.Tensor, scored: bool) -> None:
         if self.lag.schedule == "every_round":
@@ -183,29 +264,21 @@ class LayerConflictMixin:
         ordered = [n for n, _ in client.model.named_parameters() if n in shared]
         if not ordered:
             raise LagError("the base method uploads no parameters, so there is nothing to personalise")
-        return build_layers(ordered, self.lag.granularity)
+        layers = build_layers(ordered, self.lag.granularity)
+        self._lag_layout(client)
+        self._lag_spans = [self._lag_layer_spans(layer) for layer in layers]
+        return layers
 
-    def _lag_tracked_names(self, client) -> Sequence[str]:
-        if self.lag_layers is None:
-            return [n for n, _ in client.model.named_parameters()]
-        return [n for layer in self.lag_layers for n in layer.tensors]
-
-    def _lag_snapshot(self, client) -> State:
-        params = dict(client.model.named_parameters())
-        return {n: params[n].detach().clone() for n in self._lag_tracked_names(client)}
-
-    def _lag_update(self, client, module: nn.Module) -> Optional[State]:
-        """``h_{l,u}`` for every candidate tensor of one upload, by full name; None if unknown."""
-        params = dict(client.model.named_parameters())
-        names = [n for layer in self.lag_layers for n in layer.tensors]
-        if self.lag.signal == "last_batch":
-            # The authors' code: the gradient of the last minibatch, left in .grad by local training.
-            return {n: (params[n].grad if params[n].grad is not None else torch.zeros_like(params[n])).detach()
-                    for n in names}
-        start = self._lag_start.get(client.id)
-        if start is None:  # the client trained without a broadcast first: no starting point
-            return None
-        return {n: params[n].detach() - start[n] for n in names}
+    def _lag_layer_spans(self, layer: Layer) -> List[Tuple[int, int]]:
+        """Column ranges of a layer's tensors, adjacent ones merged (a module's weight and bias)."""
+        spans: List[Tuple[int, int]] = []
+        for name in layer.tensors:
+            a, b = self._lag_columns[name]
+            if spans and spans[-1][1] == a:
+                spans[-1] = (spans[-1][0], b)
+            else:
+                spans.append((a, b))
+        return spans
 
     # ----- state (checkpoints) -----------------------------------------------------------------------
     def lag_state(self) -> dict:

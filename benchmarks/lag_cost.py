@@ -1,0 +1,129 @@
+"""Server-side cost of FedLAG's conflict analysis: scaling, Gram vs pairwise loop, share of a round.
+
+    python benchmarks/lag_cost.py                 # scaling + Gram vs loop (synthetic updates)
+    python benchmarks/lag_cost.py --round-share   # also a real round on MNIST/CNN (needs dataset/MNIST)
+
+1. Scaling: per-layer update matrices for m clients and a model of P parameters split into layers the
+   shape of FedAvgCNN's; the time of ``stack_layer_updates`` + ``conflict_scores`` (what the mixin runs
+   every round). The issue's bar: 100 clients x 1M parameters well under a second on this CPU.
+2. Gram matrix vs a Python loop over client pairs (the authors' ``pair_cos``), same inputs, as a ratio.
+3. With ``--round-share``: one FedLAG round on MNIST (20 clients, CNN, batch 10) with the mixin's hooks
+   timed, as a fraction of the whole round.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "system"))
+
+import torch  # noqa: E402
+
+from flcore.lag.conflict import build_layers, conflict_scores, stack_layer_updates  # noqa: E402
+
+# FedAvgCNN on CIFAR-10 (0.88M parameters): tensor sizes in named_parameters() order.
+CNN_LAYERS = [2400, 32, 51200, 64, 819200, 512, 5120, 10]
+
+
+def synthetic_updates(num_clients: int, total_params: int, seed: int = 0):
+    """Per-client update dicts with FedAvgCNN's layer proportions, scaled to ``total_params``."""
+    scale = total_params / sum(CNN_LAYERS)
+    sizes = [max(1, int(s * scale)) for s in CNN_LAYERS]
+    names = [f"layer{i}" for i in range(len(sizes))]
+    g = torch.Generator().manual_seed(seed)
+    updates = [{n: torch.randn(s, generator=g) for n, s in zip(names, sizes)} for _ in range(num_clients)]
+    return updates, build_layers(names), sum(sizes)
+
+
+def best_time(fn, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def pairwise_loop_scores(layer_updates, xi: float):
+    """The authors' formulation: one cosine per client pair and layer, in Python."""
+    scores = []
+    for rows in layer_updates:
+        count = 0
+        for u, v in itertools.combinations(range(rows.shape[0]), 2):
+            if torch.nn.functional.cosine_similarity(rows[u], rows[v], dim=0) < xi:
+                count += 1
+        scores.append(count)
+    return scores
+
+
+def scaling() -> None:
+    print(f"conflict analysis per round ({torch.get_num_threads()} threads; best of 3)")
+    print(f"{'clients':>8}{'params':>12}{'stack s':>10}{'score s':>10}{'total s':>10}")
+    for clients, params in [(20, 1_000_000), (50, 1_000_000), (100, 1_000_000), (100, 250_000), (100, 4_000_000)]:
+        updates, layers, total = synthetic_updates(clients, params)
+        stacked = stack_layer_updates(updates, layers)
+        t_stack = best_time(lambda: stack_layer_updates(updates, layers))
+        t_score = best_time(lambda: conflict_scores(stacked, 0.0))
+        print(f"{clients:>8}{total:>12,}{t_stack:>10.3f}{t_score:>10.3f}{t_stack + t_score:>10.3f}")
+
+
+def gram_vs_loop() -> None:
+    updates, layers, total = synthetic_updates(40, 200_000)
+    stacked = stack_layer_updates(updates, layers)
+    t_gram = best_time(lambda: conflict_scores(stacked, 0.0))
+    t_loop = best_time(lambda: pairwise_loop_scores(stacked, 0.0), repeat=1)
+    same = conflict_scores(stacked, 0.0).tolist() == pairwise_loop_scores(stacked, 0.0)
+    print(f"\n40 clients x {total:,} parameters: Gram {t_gram:.4f} s, pairwise loop {t_loop:.3f} s "
+          f"({t_loop / t_gram:.0f}x slower), same scores: {same}")
+
+
+def round_share() -> None:
+    from flcore.runner import build_server, prepare
+    from utils.options import parse_args
+    args, _ = prepare(parse_args(["-algo", "FedLAG", "-data", "MNIST", "-m", "CNN", "-gr", "0", "-dev", "cpu",
+                                  "-go", "bench"]))
+    server = build_server(args)
+    from flcore.servers.serverbase import Server
+    timings = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            start = time.perf_counter()
+            out = fn(*a, **kw)
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+            return out
+        return wrapper
+    # Time the mixin's hooks and, separately, the base hooks they wrap.
+    server.send_models = timed("send (with LAG)", server.send_models)
+    server.receive_models = timed("receive (with LAG)", server.receive_models)
+    base_send, base_receive = Server.send_models, Server.receive_models
+    Server.send_models = timed("send (base)", base_send)
+    Server.receive_models = timed("receive (base)", base_receive)
+    try:
+        start = time.perf_counter()
+        server.train()
+        total = time.perf_counter() - start
+    finally:
+        Server.send_models, Server.receive_models = base_send, base_receive
+    lag = (timings["send (with LAG)"] - timings["send (base)"]) + \
+          (timings["receive (with LAG)"] - timings["receive (base)"])
+    print(f"\nFedLAG round on MNIST/CNN, 20 clients: round {total:.2f} s, LAG overhead {lag:.3f} s "
+          f"({lag / total:.2%} of the round)")
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--round-share", action="store_true")
+    opts = cli.parse_args()
+    scaling()
+    gram_vs_loop()
+    if opts.round_share:
+        round_share()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""LG-FedAvg's client (Liang et al., "Think Locally, Act Globally", 2020): exchanges only the
+classifier ``head``; the feature extractor ``base`` is the client's local representation.
+
+Local training is plain SGD on base and head together.
+"""
+from flcore.clients.clientbase import Client
+
+
+class clientLG(Client):
+    shared_path = "head"

@@ -1,0 +1,39 @@
+"""FedRep's client (Collins et al., "Exploiting Shared Representations for Personalized Federated
+Learning", ICML 2021): each round, ``-pls`` epochs on the head with the base frozen, then ``-ls``
+epochs on the base with the head frozen; only the base is exchanged.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from flcore.clients.clientbase import Client
+from flcore.clients.parttraining import fine_tune_whole_model, only_trainable, part_optimizer
+from utils.data_utils import ClientData
+
+
+class clientRep(Client):
+    shared_path = "base"
+    persistent_attrs = ("head_optimizer", "head_scheduler")
+
+    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
+        super().__init__(args, id, train_data, test_data, model)
+        self.head_epochs = args.plocal_epochs
+        # One optimiser per stage, so a stage can only ever step the part it trains.
+        self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)
+        self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)
+
+    def train(self) -> None:
+        self.model.train()
+        self.begin_local_training()
+        # The head first adapts to the base just received, then the base learns under that head.
+        with only_trainable(self.model, self.model.head):
+            self.run_epochs(self.head_epochs, self.local_loss, self.head_optimizer)
+        with only_trainable(self.model, self.model.base):
+            self.run_epochs(self.local_epochs, self.local_loss, self.optimizer)
+        if self.learning_rate_decay:
+            self.head_scheduler.step()
+            self.learning_rate_scheduler.step()
+        self.end_local_training()
+
+    def fine_tune(self, epochs: int) -> None:
+        fine_tune_whole_model(self, epochs)

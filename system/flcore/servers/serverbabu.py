@@ -1,0 +1,36 @@
+"""FedBABU (Oh, Kim, Yun, "FedBABU: Toward Enhanced Representation for Federated Image
+Classification", ICLR 2022).
+
+Shared: the body (base), averaged by sample count. The head is never trained during federated
+rounds: it keeps its random initial value, identical on all clients, so every client learns a body
+for the same fixed classifier. After the last round (``finish``) every client receives the final
+body and fine-tunes body and head for ``-fte`` epochs; that evaluation is recorded as
+``rs_finetune_*``, apart from the per-round ``rs_test_acc`` (base + frozen head).
+
+Differences from PFLlib: clients fine-tune the final aggregated body (PFLlib fine-tunes whatever
+each client last held, so the last aggregate is never used), and the fine-tuned accuracy gets its
+own series instead of one extra entry appended to ``rs_test_acc``. PFLlib once froze the wrong
+module while fine-tuning (TsingZ0/PFLlib#245); here fine-tuning trains both.
+"""
+from torch import nn
+
+from flcore.clients.clientbabu import clientBABU
+from flcore.servers.serverbase import ConfigError, Server
+from utils.data_utils import DatasetInfo
+
+
+class FedBABU(Server):
+    client_class = clientBABU
+
+    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
+        if args.fine_tuning_epochs < 0:
+            raise ConfigError(f"-fte/--fine_tuning_epochs (FedBABU's final fine-tuning) must be >= 0, "
+                              f"got {args.fine_tuning_epochs}")
+        super().__init__(args, times, model, data)
+        self.fine_tuning_epochs = args.fine_tuning_epochs
+
+    def finish(self) -> None:
+        self.send_models()
+        for client in self.clients:
+            client.fine_tune(self.fine_tuning_epochs)
+        self.evaluate(prefix="rs_finetune")

@@ -1,0 +1,43 @@
+"""GPFL (Jianqing Zhang, Yang Hua, Hao Wang, Tao Song, Zhengui Xue, Ruhui Ma, Jian Cao, Haibing Guan,
+"GPFL: Simultaneously Learning Global and Personalized Feature Information for Personalized
+Federated Learning", ICCV 2023).
+
+Shared and averaged by sample count: the base, the Global Category Embedding layer (GCE) and the
+Conditional Valve (CoV). Local: the head, which classifies the CoV's personalised route. Extra loss:
+the GCE's angle-level cross-entropy on the generic route plus ``-lam`` times its distance to the
+received embedding of the true class; ``-mu`` is weight decay on the GCE and CoV. Each client
+reports its personalised route: received base, GCE and CoV with its own head.
+
+The GCE and CoV are submodules of ``client.model`` (:class:`GPFLModel`), so the ordinary upload,
+average and broadcast carry them and, under ``GPFL+LAG``, they are candidates for personalisation
+like the base's layers. Differences from PFLlib, which keeps them outside the model:
+* the conditional inputs are made from the embeddings the client received (PFLlib makes them from
+  the client's previous embeddings, one round stale, and uses zeros before the first aggregation);
+* the magnitude term is the mean over samples of each sample's L2 distance, as in the paper
+  (PFLlib takes the Frobenius norm of the whole batch, which grows with the square root of the
+  batch size: PFLlib's ``-lam`` at batch size B corresponds to about ``lam * sqrt(B)`` here);
+* ``-ld`` decays the GCE/CoV learning rate together with the model's (PFLlib never decays them);
+* the reported train loss is the cross-entropy of the reported prediction, as for every method.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from flcore.clients.clientgpfl import clientGPFL
+from flcore.clients.gpfl_model import GPFLModel
+from flcore.servers.serverbase import ConfigError, Server
+from utils.data_utils import DatasetInfo
+
+
+class GPFL(Server):
+    client_class = clientGPFL
+
+    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
+        problems = []
+        if not args.lamda >= 0:
+            problems.append(f"-lam/--lamda (GPFL's magnitude-guidance weight) must be >= 0, got {args.lamda}")
+        if not args.mu >= 0:
+            problems.append(f"-mu/--mu (GPFL's weight decay on GCE and CoV) must be >= 0, got {args.mu}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        super().__init__(args, times, GPFLModel(model.base, model.head, args.num_classes), data)

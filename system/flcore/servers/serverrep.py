@@ -1,0 +1,25 @@
+"""FedRep (Collins, Hassani, Mokhtari, Shakkottai, "Exploiting Shared Representations for
+Personalized Federated Learning", ICML 2021).
+
+Shared: the base (representation), averaged by sample count. Local: the head. Each round a
+selected client first trains its head for ``-pls`` epochs with the base frozen, then the base for
+``-ls`` epochs with the head frozen, each stage with its own optimiser. No extra loss and no extra
+server step; each client is evaluated with the received base and its own head.
+
+PFLlib's ``receive_models`` override for FedRep never reset ``uploaded_ids`` and divided by the
+total sample count without a guard; the base ``receive_models`` used here has neither defect.
+"""
+from torch import nn
+
+from flcore.clients.clientrep import clientRep
+from flcore.servers.serverbase import ConfigError, Server
+from utils.data_utils import DatasetInfo
+
+
+class FedRep(Server):
+    client_class = clientRep
+
+    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
+        if args.plocal_epochs < 0:
+            raise ConfigError(f"-pls/--plocal_epochs (FedRep's head epochs) must be >= 0, got {args.plocal_epochs}")
+        super().__init__(args, times, model, data)
