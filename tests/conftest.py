@@ -52,9 +52,19 @@ def server_for(data_dir: Path, results_dir: Path, *extra: str, run: int = 0):
 
 
 def state_equal(a: dict, b: dict, names: Iterable[str] | None = None) -> bool:
-    import torch
+    """Bit-identical tensors under ``names`` (NaN equals NaN; entries that are None in both match)."""
     names = a.keys() if names is None else names
-    return all(torch.equal(a[n], b[n]) for n in names)
+    return all(_same(a[n], b[n]) for n in names)
+
+
+def _same(x, y) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.is_floating_point():
+        return bool(((x == y) | (x.isnan() & y.isnan())).all())
+    return torch.equal(x, y)
 
 
 def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str, head_split: bool = True):

@@ -1,0 +1,42 @@
+"""FedDyn's client (Acar, Zhao, Matas, Mattina, Whatmough, Saligrama, "Federated Learning Based on
+Dynamic Regularization", ICLR 2021).
+
+The whole model is shared. Client k minimises
+``L_k(w) - <w, g_k> + alpha/2 * ||w - w_received||^2``, where ``g_k`` is its own estimate of
+``grad L_k`` at the end of its previous round (zero before it first trains). After training,
+``g_k <- g_k - alpha * (w - w_received)``, the first-order optimality condition of that objective.
+``g_k`` is the client's persistent state.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+
+from flcore.clients.received import ReceivedModelClient, squared_distance
+
+
+class clientDyn(ReceivedModelClient):
+    persistent_attrs = ("previous_gradient",)
+
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        self.alpha = float(args.alpha)
+        self.previous_gradient: Dict[str, torch.Tensor] = {
+            name: torch.zeros_like(param) for name, param in self.model.named_parameters()}
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(x), y) + self.dynamic_regulariser()
+
+    def dynamic_regulariser(self) -> torch.Tensor:
+        """``-<w, g_k> + alpha/2 * ||w - w_received||^2``, summed over every parameter tensor."""
+        linear = torch.stack([(param * self.previous_gradient[name]).sum()
+                              for name, param in self.model.named_parameters()]).sum()
+        return 0.5 * self.alpha * squared_distance(self.model, self.received_model) - linear
+
+    @torch.no_grad()
+    def end_local_training(self) -> None:
+        received = dict(self.received_model.named_parameters())
+        for name, param in self.model.named_parameters():
+            self.previous_gradient[name].sub_(param - received[name], alpha=self.alpha)
+        super().end_local_training()

@@ -1,0 +1,36 @@
+"""FedLC's client (Zhang, Li, Li, Xu, Wu, Ding, Wu, "Federated Learning with Label Distribution Skew
+via Logits Calibration", ICML 2022).
+
+The whole model is shared. Local training uses cross-entropy on calibrated logits
+``f(x)_c - tau * n_c^(-1/4)``, with ``n_c`` this client's own count of class c in its training set
+(the paper's ``n_{m,c}``): rare local classes get a larger margin, so a skewed client no longer pushes
+the logits of its rare and missing classes down as hard. A class the client never sees (``n_c = 0``)
+gets the limit of the formula, an infinite offset: it leaves the softmax normaliser and its logit
+gets no gradient, computed without NaN. Evaluation uses the raw logits.
+"""
+from __future__ import annotations
+
+import torch
+
+from flcore.clients.clientbase import Client
+
+
+def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
+    """``tau * n_c^(-1/4)`` per class (float32); ``+inf`` where ``n_c = 0``; zeros when ``tau = 0``."""
+    counts = class_counts.to(torch.float32)
+    if tau == 0:  # no calibration; avoids 0 * inf for absent classes
+        return torch.zeros_like(counts)
+    offsets = tau * counts.clamp(min=1).pow(-0.25)
+    return torch.where(counts > 0, offsets, torch.full_like(offsets, float("inf")))
+
+
+class clientLC(Client):
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        self.tau = float(args.tau)
+        # Fixed by the client's data, so derived here rather than carried as state.
+        self.class_counts = torch.bincount(self.train_data.y, minlength=self.num_classes)
+        self.logit_offsets = calibration_offsets(self.class_counts, self.tau)
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(x) - self.logit_offsets, y)

@@ -1,0 +1,108 @@
+"""FedPAC's client (Xu, Tong, Huang, "Personalized Federated Learning with Feature Alignment and
+Classifier Collaboration", ICLR 2023).
+
+Each round: (1) the feature statistics of the received body are measured (for the server's
+classifier-combination QP); (2) the head trains one epoch with the body frozen; (3) the body trains
+``-ls`` epochs with the head frozen, on cross-entropy plus ``-lam`` times the MSE between each
+sample's feature and the global prototype of its class; (4) the class prototypes of the trained body
+are measured for the server. Only the body is exchanged (``shared_path = "base"``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from flcore.clients.classfeatures import class_feature_stats
+from flcore.clients.clientbase import Client
+from flcore.clients.parttraining import fine_tune_whole_model, only_trainable, part_optimizer
+from utils.data_utils import ClientData
+
+HEAD_EPOCHS = 1  # the paper's and PFLlib's classifier stage
+
+
+class clientPAC(Client):
+    shared_path = "base"
+    # The optimiser of the head stage carries the lr schedule; the statistics are computed in train()
+    # and read by the server in the same round, so an executor must bring them back.
+    persistent_attrs = ("head_optimizer", "head_scheduler", "feature_variance", "class_reference",
+                        "prototypes", "prototype_counts")
+
+    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
+        super().__init__(args, id, train_data, test_data, model)
+        self.lamda = args.lamda
+        self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)
+        self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)
+        # Received from the server (absent in the first round).
+        self.global_prototypes: Optional[torch.Tensor] = None      # (C, D)
+        self.global_prototype_mask: Optional[torch.Tensor] = None  # (C,) classes some client holds
+        # Uploaded to the server.
+        self.feature_variance: float = float("nan")               # V_i of the QP
+        self.class_reference: Optional[torch.Tensor] = None       # (C, D): p_i(k) * mean feature of class k
+        self.prototypes: Optional[torch.Tensor] = None            # (C, D) after training
+        self.prototype_counts: Optional[torch.Tensor] = None      # (C,)
+
+    def set_global_prototypes(self, prototypes: torch.Tensor, present: torch.Tensor) -> None:
+        self.global_prototypes = prototypes.detach().clone()
+        self.global_prototype_mask = present.detach().clone()
+
+    def train(self) -> None:
+        self.model.train()
+        self.begin_local_training()
+        with only_trainable(self.model, self.model.head):
+            self.run_epochs(HEAD_EPOCHS, self.classification_loss, self.head_optimizer)
+        with only_trainable(self.model, self.model.base):
+            self.run_epochs(self.local_epochs, self.local_loss, self.optimizer)
+        if self.learning_rate_decay:
+            self.head_scheduler.step()
+            self.learning_rate_scheduler.step()
+        self.end_local_training()
+
+    def begin_local_training(self) -> None:
+        """Statistics of the body just received, before local training changes it (as the paper does)."""
+        stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
+        self.feature_variance, self.class_reference = qp_statistics(stats.counts, stats.sums, stats.sq_norm_sums)
+
+    def end_local_training(self) -> None:
+        stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
+        self.prototypes = stats.means()
+        self.prototype_counts = stats.counts
+
+    def classification_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.model(x), y)
+
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        features = self.model.base(x)
+        loss = self.loss(self.model.head(features), y)
+        if self.global_prototypes is not None and self.lamda > 0:
+            loss = loss + self.lamda * feature_alignment_loss(features, y, self.global_prototypes,
+                                                              self.global_prototype_mask)
+        return loss
+
+    def fine_tune(self, epochs: int) -> None:
+        fine_tune_whole_model(self, epochs)
+
+
+def feature_alignment_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
+                           present: torch.Tensor) -> torch.Tensor:
+    """Mean over the batch's B x D entries of (feature - global prototype of its class)^2.
+
+    A sample whose class has no global prototype contributes zero (it still counts in the mean, as
+    in the reference code's MSE over the whole batch).
+    """
+    target = torch.where(present[labels].unsqueeze(1), prototypes[labels].to(features.dtype), features.detach())
+    return nn.functional.mse_loss(features, target)
+
+
+def qp_statistics(counts: torch.Tensor, sums: torch.Tensor, sq_norm_sums: torch.Tensor):
+    """FedPAC's per-client inputs of the head-combination QP, from per-class feature sums.
+
+    ``reference[k] = p(k) * mu_k`` (= sums[k] / n) estimates E[z * 1{y = k}], the quantity a linear
+    head is fitted to; ``variance`` is the variance of that estimate from n samples:
+    (1/n) * sum_k (p(k) E[||z||^2 | k] - ||p(k) mu_k||^2) = (sum_k sq_norm_sums[k] - ||sums[k]||^2 / n) / n^2.
+    """
+    n = counts.sum()
+    reference = (sums / n).float()
+    variance = (sq_norm_sums.sum() - (sums * sums).sum() / n) / (n * n)
+    return max(float(variance), 0.0), reference

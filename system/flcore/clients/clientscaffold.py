@@ -1,0 +1,73 @@
+"""SCAFFOLD's client (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic
+Controlled Averaging for Federated Learning", ICML 2020).
+
+The whole model is shared. Every local step follows ``g - c_i + c`` instead of the raw gradient
+``g`` (applied in :meth:`after_step` as the extra move ``-lr * (c - c_i)``), which cancels the
+client's drift towards its own optimum. After K steps the control variate is refreshed with the
+paper's option II, ``c_i+ = c_i - c + (x - y) / (K * lr)`` (x: the model the client started from,
+y: after training), and ``delta_c = c_i+ - c_i`` is left for the server. ``c_i`` is persistent
+client state; ``c`` is received from the server before training.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from flcore.clients.received import ReceivedModelClient
+
+Controls = Dict[str, torch.Tensor]
+
+
+class clientSCAFFOLD(ReceivedModelClient):
+    # Besides c_i: c is received by the broadcast but read during training, and delta_c is written
+    # by training but read by the server, so both travel with the client wherever it trains.
+    persistent_attrs = ("control", "server_control", "control_delta")
+
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        self.control: Controls = self._zeros()          # c_i
+        self.server_control: Controls = self._zeros()   # c, as last received
+        self.control_delta: Controls = self._zeros()    # c_i+ - c_i of the last local training
+        self.local_steps = 0
+        self.step_size = self.learning_rate
+        self._corrections: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
+
+    def _zeros(self) -> Controls:
+        return {name: torch.zeros_like(param) for name, param in self.model.named_parameters()}
+
+    @torch.no_grad()
+    def receive_control(self, server_control: Mapping[str, torch.Tensor]) -> None:
+        for name, value in server_control.items():
+            self.server_control[name].copy_(value)
+
+    def begin_local_training(self) -> None:
+        super().begin_local_training()
+        self.local_steps = 0
+        # The rate the steps are taken with (a -ld decay step comes after them).
+        self.step_size = self.optimizer.param_groups[0]["lr"]
+        self._corrections = [(param, self.server_control[name] - self.control[name])
+                             for name, param in self.model.named_parameters()]
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        if self._corrections is None:  # plain fine-tuning (new clients) is not corrected
+            return
+        for param, correction in self._corrections:
+            param.sub_(correction, alpha=self.step_size)
+        self.local_steps += 1
+
+    @torch.no_grad()
+    def end_local_training(self) -> None:
+        self._corrections = None
+        if self.local_steps == 0:
+            for delta in self.control_delta.values():
+                delta.zero_()
+        else:
+            start = dict(self.received_model.named_parameters())
+            scale = 1.0 / (self.local_steps * self.step_size)
+            for name, param in self.model.named_parameters():
+                refreshed = self.control[name] - self.server_control[name] + (start[name] - param) * scale
+                self.control_delta[name].copy_(refreshed - self.control[name])
+                self.control[name].copy_(refreshed)
+        super().end_local_training()

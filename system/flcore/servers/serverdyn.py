@@ -1,0 +1,51 @@
+"""FedDyn (Acar, Zhao, Matas, Mattina, Whatmough, Saligrama, "Federated Learning Based on Dynamic
+Regularization", ICLR 2021).
+
+Everything is shared. Clients add the dynamic regulariser ``-<w, g_k> + alpha/2 ||w - w_global||^2``
+(``-al``, default 1) and keep ``g_k`` across rounds. The server keeps ``h`` (persistent):
+``h <- h - alpha/N * sum_{k in P} (w_k - w_global)`` with N the number of all clients, then
+``w_global <- mean_{k in P} w_k - h/alpha``. The mean is uniform over the participants P, as in the
+paper's Algorithm 1 and the authors' code (not sample-weighted). Buffers (BN statistics) take the
+plain mean. Each client reports the received global model.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+
+from flcore.aggregation import copy_into, named_tensors, weighted_average
+from flcore.clients.clientdyn import clientDyn
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class FedDyn(Server):
+    client_class = clientDyn
+    persistent_attrs = ("server_state",)
+
+    def __init__(self, args, *rest, **kwargs):
+        if not args.alpha > 0:
+            raise ConfigError(f"-al/--alpha is FedDyn's regularisation weight and must be > 0 "
+                              f"(the server divides by it), got {args.alpha}")
+        super().__init__(args, *rest, **kwargs)
+        self.alpha = float(args.alpha)
+        # The paper's h: -alpha/N times the sum of every drift w_k - w_global uploaded so far.
+        self.server_state: Dict[str, torch.Tensor] = {
+            name: torch.zeros_like(param) for name, param in self.global_shared_module().named_parameters()}
+
+    @torch.no_grad()
+    def aggregate_parameters(self) -> None:
+        if not self.uploaded_models:
+            return
+        names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
+        participants = len(self.uploaded_models)
+        mean = weighted_average([named_tensors(m) for m in self.uploaded_models],
+                                [1.0 / participants] * participants, names)
+        current = named_tensors(self.global_shared_module())
+        for name, h in self.server_state.items():
+            if name not in mean:
+                continue
+            # sum_{k in P} (w_k - w_global) = |P| * (mean - w_global)
+            h.sub_(mean[name] - current[name], alpha=self.alpha * participants / self.num_clients)
+            mean[name] = mean[name] - h / self.alpha
+        copy_into(self.global_shared_module(), mean)

@@ -1,0 +1,21 @@
+"""FedLC (Zhang, Li, Li, Xu, Wu, Ding, Wu, "Federated Learning with Label Distribution Skew via
+Logits Calibration", ICML 2022).
+
+Everything is shared and averaged with FedAvg's sample weights. Clients train with cross-entropy on
+logits calibrated by their *own* class counts, ``f(x)_c - tau * n_c^(-1/4)`` (``-tau``, default 1;
+0 is FedAvg), as the paper defines it; PFLlib calibrates with the class counts summed over all
+clients, the same offset on every client, which corrects the global label imbalance but not each
+client's own skew.
+Each client reports the received global model with raw logits.
+"""
+from flcore.clients.clientlc import clientLC
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class FedLC(Server):
+    client_class = clientLC
+
+    def __init__(self, args, *rest, **kwargs):
+        if not args.tau >= 0:
+            raise ConfigError(f"-tau/--tau is FedLC's calibration strength and must be >= 0, got {args.tau}")
+        super().__init__(args, *rest, **kwargs)

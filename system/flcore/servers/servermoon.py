@@ -1,0 +1,24 @@
+"""MOON (Li, He, Song, "Model-Contrastive Federated Learning", CVPR 2021).
+
+Everything is shared and averaged with FedAvg's sample weights, as in the paper. The client adds
+``mu * l_con`` (``-mu``, default 0, which is FedAvg; the paper uses 1 or 5) with temperature
+``-tau`` (default 1; the paper uses 0.5): the features ``base(x)`` are pulled towards the received
+global model's and pushed from the client's previous local model's. Each client reports the
+received global model.
+"""
+from flcore.clients.clientmoon import clientMOON
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class MOON(Server):
+    client_class = clientMOON
+
+    def __init__(self, args, *rest, **kwargs):
+        problems = []
+        if not args.mu >= 0:
+            problems.append(f"-mu/--mu is MOON's contrastive weight and must be >= 0, got {args.mu}")
+        if not args.tau > 0:
+            problems.append(f"-tau/--tau is MOON's temperature and must be > 0, got {args.tau}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        super().__init__(args, *rest, **kwargs)

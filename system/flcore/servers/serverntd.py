@@ -1,0 +1,24 @@
+"""FedNTD (Lee, Jeong, Shin, Yun, "Preservation of the Global Knowledge by Not-True Distillation in
+Federated Learning", NeurIPS 2022).
+
+Everything is shared. Clients add ``beta * tau^2 * KL`` between the not-true-class softmaxes of the
+received global model and the local model (``-bt`` beta, default 0, which is FedAvg; the paper uses
+1; ``-tau``, default 1). The server averages with FedAvg's sample weights, as the authors' code does
+(PFLlib uses a uniform 1/num_join mean). Each client reports the received global model.
+"""
+from flcore.clients.clientntd import clientNTD
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class FedNTD(Server):
+    client_class = clientNTD
+
+    def __init__(self, args, *rest, **kwargs):
+        problems = []
+        if not args.beta >= 0:
+            problems.append(f"-bt/--beta is FedNTD's distillation weight and must be >= 0, got {args.beta}")
+        if not args.tau > 0:
+            problems.append(f"-tau/--tau is FedNTD's temperature and must be > 0, got {args.tau}")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        super().__init__(args, *rest, **kwargs)

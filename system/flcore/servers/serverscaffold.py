@@ -1,0 +1,62 @@
+"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic Controlled
+Averaging for Federated Learning", ICML 2020).
+
+Everything is shared. Clients correct every local step with ``c - c_i`` and refresh ``c_i``
+(option II). The server keeps the global control variate ``c`` (persistent) and, as in the paper's
+Algorithm 1, takes the uniform mean over the participants S:
+``x <- x + slr * mean_{i in S}(y_i - x)`` (``-slr``, default 1) and ``c <- c + sum_{i in S} delta_c_i / N``
+with N the number of all clients. Buffers (BN statistics) take the plain mean. Each client reports
+the received global model.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+
+from flcore.aggregation import copy_into, named_tensors, weighted_average
+from flcore.clients.clientscaffold import clientSCAFFOLD
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class SCAFFOLD(Server):
+    client_class = clientSCAFFOLD
+    persistent_attrs = ("control",)
+
+    def __init__(self, args, *rest, **kwargs):
+        if not args.server_learning_rate > 0:
+            raise ConfigError(f"-slr/--server_learning_rate is SCAFFOLD's global step size and must be > 0, "
+                              f"got {args.server_learning_rate}")
+        super().__init__(args, *rest, **kwargs)
+        self.server_learning_rate = float(args.server_learning_rate)
+        self.control: Dict[str, torch.Tensor] = {
+            name: torch.zeros_like(param) for name, param in self.global_shared_module().named_parameters()}
+        self.uploaded_control_deltas: List[Dict[str, torch.Tensor]] = []
+
+    def send_models(self) -> None:
+        super().send_models()
+        # Only the clients about to train read c.
+        for client in self.selected_clients:
+            client.receive_control(self.control)
+
+    def receive_models(self) -> None:
+        super().receive_models()
+        by_id = {client.id: client for client in self.clients}
+        self.uploaded_control_deltas = [by_id[i].control_delta for i in self.uploaded_ids]
+
+    @torch.no_grad()
+    def aggregate_parameters(self) -> None:
+        if not self.uploaded_models:
+            return
+        names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
+        participants = len(self.uploaded_models)
+        mean = weighted_average([named_tensors(m) for m in self.uploaded_models],
+                                [1.0 / participants] * participants, names)
+        current = named_tensors(self.global_shared_module())
+        controlled = [n for n in self.control if n in mean]
+        delta_sum = weighted_average(self.uploaded_control_deltas, [1.0] * participants, controlled)
+        for name in controlled:
+            # x + slr * mean_i(y_i - x) = x + slr * (mean_i(y_i) - x)
+            mean[name] = current[name] + self.server_learning_rate * (mean[name] - current[name])
+            self.control[name].add_(delta_sum[name], alpha=1.0 / self.num_clients)
+        copy_into(self.global_shared_module(), mean)
