@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint_every", type=int, default=0,
                    help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
     boolean("-rs", "--resume", "continue from the newest checkpoint of the same run (same flags)")
+    p.add_argument("--executor", default="sequential", choices=("sequential", "ray"),
+                   help="how selected clients train: one after another, or in parallel on Ray workers")
+    p.add_argument("--ray_address", default="", help="'' starts a local Ray; 'auto' or host:port joins a cluster")
+    p.add_argument("--workers", type=int, default=2, help="Ray workers (actors)")
+    p.add_argument("--gpus_per_worker", type=float, default=0.0, help="GPUs reserved per Ray worker")
 
     # Algorithm hyper-parameters (PFLlib's names; their meaning depends on the algorithm).
     flag("-bt", "--beta", type=float, default=0.0)
@@ -134,6 +139,8 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(args.num_new_clients >= 0, f"-nnc must be >= 0, got {args.num_new_clients}")
     need(args.few_shot >= 0, f"-fs/--few_shot must be >= 0, got {args.few_shot}")
     need(args.num_classes is None or args.num_classes >= 2, f"-ncl must be >= 2, got {args.num_classes}")
+    need(args.workers >= 1, f"--workers must be >= 1, got {args.workers}")
+    need(args.gpus_per_worker >= 0, f"--gpus_per_worker must be >= 0, got {args.gpus_per_worker}")
     need(args.checkpoint_every >= 0, f"--checkpoint_every must be >= 0, got {args.checkpoint_every}")
     need(args.lag_top_k >= 0, f"--lag_top_k must be >= 0, got {args.lag_top_k}")
     need(-1 <= args.lag_xi <= 0, f"--lag_xi must be in [-1, 0], got {args.lag_xi}")

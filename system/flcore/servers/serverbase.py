@@ -24,6 +24,7 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.clients.clientbase import Client, DivergenceError
+from flcore.executors import SequentialExecutor, make_executor
 from flcore.state import export_attrs, import_attrs
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               load_latest_checkpoint, remove_checkpoints, save_checkpoint, set_global_rng_state)
@@ -73,6 +74,7 @@ class Server:
         self.global_model = model.to(self.device)
         self.sampler = sampler_rng(args.seed)
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
+        self.executor = SequentialExecutor()  # replaced for the duration of train() by --executor
         self.new_clients: List[Client] = []
         self.selected_clients: List[Client] = []
         self.uploaded_ids: List[int] = []
@@ -112,6 +114,7 @@ class Server:
     def train(self) -> None:
         reporter = RoundReporter(self.global_rounds + 1 - self.current_round, first=self.current_round,
                                  title=f"{self.algorithm} on {self.dataset}")
+        self.executor = make_executor(self, self.args)
         try:
             for rnd in range(self.current_round, self.global_rounds + 1):
                 self.current_round = rnd
@@ -141,6 +144,8 @@ class Server:
                 f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
         finally:
             reporter.close()
+            self.executor.close()
+            self.executor = SequentialExecutor()
         self.save_results(complete=True)
         remove_checkpoints(self.checkpoint_folder())
 
@@ -162,9 +167,8 @@ class Server:
             client.set_parameters(shared)
 
     def train_clients(self, clients: Sequence[Client]) -> None:
-        """The one place that decides how selected clients run (today: one after another)."""
-        for client in clients:
-            client.train()
+        """The one place that decides how selected clients run (``--executor``: in turn, or on Ray)."""
+        self.executor.train(clients)
 
     def receive_models(self) -> None:
         """Collect the shared modules of the selected clients that were not dropped (``-cdr``)."""

@@ -1,0 +1,93 @@
+"""FedProto's client (Tan, Long, Liu, Zhou, Lu, Jiang, Zhang, "FedProto: Federated Prototype
+Learning across Heterogeneous Clients", AAAI 2022).
+
+The whole model (``base`` + ``head``) stays local. Local training minimises
+``CE(head(base(x)), y) + lamda * MSE(base(x), C_y)`` where ``C_y`` is the global prototype of the
+label (samples whose class has no global prototype get no extra term). After training the client
+uploads its local prototypes: the mean of ``base(x)`` per class over its training data, computed
+with the trained model in eval mode. Inference is the nearest global prototype (squared Euclidean
+distance), not the head.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from flcore.clients.classvectors import ClassMeanAccumulator, ClassVectors
+from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
+from utils.metrics import ClientTestStats, micro_auc
+
+
+def prototype_distances(features: torch.Tensor, prototypes: ClassVectors) -> torch.Tensor:
+    """Squared Euclidean distance of each feature row (B, D) to each class prototype: (B, C).
+
+    Classes without a prototype are at distance +inf, so they are never predicted.
+    """
+    diff = features.unsqueeze(1) - prototypes.vectors.to(features.dtype).unsqueeze(0)  # (B, C, D)
+    distances = diff.pow(2).sum(dim=2)
+    return distances.masked_fill(~prototypes.present.unsqueeze(0), float("inf"))
+
+
+def prototype_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: ClassVectors) -> torch.Tensor:
+    """``MSE(features, C_y)`` averaged over all B x D entries; rows whose class has no prototype add 0."""
+    has_prototype = prototypes.present[labels].unsqueeze(1)
+    target = torch.where(has_prototype, prototypes.vectors[labels].to(features.dtype), features.detach())
+    return F.mse_loss(features, target)
+
+
+class clientProto(Client):
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        self.lamda = float(args.lamda)
+        # Rebuilt every round: the server sends the global prototypes before anything reads them,
+        # and the local ones are computed at the end of each local training.
+        self.global_prototypes: Optional[ClassVectors] = None
+        self._has_prototypes = False  # checked once per broadcast, not per batch (no device sync)
+        self.local_prototypes: Optional[ClassVectors] = None
+
+    # ----- exchange -----------------------------------------------------------------------------
+    def receive_class_vectors(self, prototypes: ClassVectors) -> None:
+        self.global_prototypes = prototypes
+        self._has_prototypes = bool(prototypes.present.any())
+
+    def upload_class_vectors(self) -> ClassVectors:
+        if self.local_prototypes is None:
+            raise RuntimeError(f"client {self.id} uploads prototypes before computing any")
+        return self.local_prototypes
+
+    # ----- local training -----------------------------------------------------------------------
+    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        features = self.model.base(x)
+        loss = self.loss(self.model.head(features), y)
+        if self.lamda != 0 and self._has_prototypes:
+            loss = loss + self.lamda * prototype_loss(features, y, self.global_prototypes)
+        return loss
+
+    def end_local_training(self) -> None:
+        self.local_prototypes = self.compute_local_prototypes()
+        super().end_local_training()
+
+    @torch.no_grad()
+    def compute_local_prototypes(self) -> ClassVectors:
+        self.model.eval()
+        accumulator = ClassMeanAccumulator(self.num_classes)
+        for x, y in self.train_data.eval_batches(EVAL_BATCH_SIZE):
+            accumulator.add(self.model.base(x), y)
+        self.model.train()
+        return accumulator.means()
+
+    # ----- inference: the nearest global prototype ----------------------------------------------
+    @torch.inference_mode()
+    def test_metrics(self) -> ClientTestStats:
+        labels = self.test_data.y
+        if not self._has_prototypes:
+            # No prototype yet (round 0): nothing can be predicted; a constant score has AUC 1/2.
+            return ClientTestStats(0, len(labels), 0.5)
+        self.model.eval()
+        distances = torch.cat([prototype_distances(self.model.base(x), self.global_prototypes)
+                               for x, _ in self.test_data.eval_batches(EVAL_BATCH_SIZE)])
+        correct = int((distances.argmin(dim=1) == labels).sum())
+        # Scores for the AUC: softmax of the negative distances (absent classes get probability 0).
+        return ClientTestStats(correct, len(labels), micro_auc(-distances, labels, distances.shape[1]))

@@ -1,0 +1,63 @@
+"""A server that exchanges one vector per class instead of model parameters (FedProto, FD).
+
+Every round the server sends each client the global class vectors, the selected clients train and
+upload their own per-class vectors (``client.upload_class_vectors()``), and the server replaces the
+global vectors by the per-class average over the clients that hold each class (unweighted, as both
+papers do). No parameters travel: ``uploaded_models`` stays empty, so ``X+LAG`` has nothing to rank
+(the registry refuses it). The global vectors are the server's persistent state.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import torch
+
+from flcore.clients.classvectors import ClassVectors, average_over_holders
+from flcore.clients.clientbase import Client
+from flcore.servers.serverbase import Server
+
+
+class ClassVectorServer(Server):
+    persistent_attrs = ("global_vectors", "global_present")
+
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        classes = int(self.args.num_classes)
+        self.global_vectors = torch.zeros(classes, self.vector_dim(), device=self.device)
+        self.global_present = torch.zeros(classes, dtype=torch.bool, device=self.device)
+        self.uploaded_vectors: List[ClassVectors] = []
+
+    def vector_dim(self) -> int:
+        """Width of the exchanged vectors (feature width for FedProto, class count for FD)."""
+        raise NotImplementedError
+
+    def global_class_vectors(self) -> ClassVectors:
+        return ClassVectors(self.global_vectors, self.global_present)
+
+    def set_clients(self, ids: Sequence[int]) -> List[Client]:
+        clients = super().set_clients(ids)
+        # Clients created after training started (-nnc) receive the current global vectors at once:
+        # FedProto's new clients classify by them.
+        if hasattr(self, "global_vectors"):
+            received = self.global_class_vectors()
+            for client in clients:
+                client.receive_class_vectors(received)
+        return clients
+
+    def send_models(self) -> None:
+        received = self.global_class_vectors()
+        for client in self.clients:
+            client.receive_class_vectors(received)
+
+    def receive_models(self) -> None:
+        super().receive_models()  # who uploads (client drop-out included), and their weights
+        by_id = {client.id: client for client in self.clients}
+        self.uploaded_vectors = [by_id[i].upload_class_vectors() for i in self.uploaded_ids]
+        self.uploaded_models = []
+
+    def aggregate_parameters(self) -> None:
+        if not self.uploaded_vectors:
+            return
+        average = average_over_holders(self.uploaded_vectors)
+        self.global_vectors = average.vectors.to(self.device)
+        self.global_present = average.present.to(self.device)
