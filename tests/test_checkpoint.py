@@ -38,7 +38,7 @@ def kill_after_checkpoints(cmd, folder, count=3, timeout=60):
     return proc
 
 
-@pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG"])
+@pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG", "Ditto"])
 def test_killed_and_resumed_run_equals_an_uninterrupted_one(algorithm, data_dir, tmp_path):
     reference = server_for(data_dir, tmp_path / "clean", "-algo", algorithm, "-m", "DNN", "-jr", "0.5",
                            "-gr", str(ROUNDS))

@@ -123,6 +123,9 @@ class LayerConflictMixin:
             self.lag_layers = self._lag_candidate_layers(*uploads[0])
         if self.lag_layers is None:
             return
+        if not self._lag_spans:  # first round, or the layers came from a checkpoint
+            self._lag_layout(self.clients[0])
+            self._lag_spans = [self._lag_layer_spans(layer) for layer in self.lag_layers]
         rows = self._lag_collect_updates([client for client, _ in uploads])
         scored = len(rows) >= 2
         scores = (conflict_scores_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows) if scored
@@ -264,10 +267,7 @@ class LayerConflictMixin:
         ordered = [n for n, _ in client.model.named_parameters() if n in shared]
         if not ordered:
             raise LagError("the base method uploads no parameters, so there is nothing to personalise")
-        layers = build_layers(ordered, self.lag.granularity)
-        self._lag_layout(client)
-        self._lag_spans = [self._lag_layer_spans(layer) for layer in layers]
-        return layers
+        return build_layers(ordered, self.lag.granularity)
 
     def _lag_layer_spans(self, layer: Layer) -> List[Tuple[int, int]]:
         """Column ranges of a layer's tensors, adjacent ones merged (a module's weight and bias)."""
@@ -293,6 +293,7 @@ class LayerConflictMixin:
         self.lag_score_total = state["score_total"]
         self.lag_rounds = int(state["rounds"])
         self.lag_history = {k: list(v) for k, v in state["history"].items()}
+        self._lag_columns, self._lag_spans = None, []  # rebuilt from the layers at the next upload
 
     def get_state(self):
         state = super().get_state() if hasattr(super(), "get_state") else {}

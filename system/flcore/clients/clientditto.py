@@ -1,0 +1,55 @@
+"""Ditto's client (Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning Through
+Personalization", ICML 2021).
+
+``model`` is the global model w: trained with plain cross-entropy as in FedAvg and uploaded.
+``model_per`` is the personal model v, never uploaded nor overwritten: each round it takes ``-pls``
+epochs of SGD on ``CE(v) + mu/2 * ||v - w^t||^2`` (``-mu``), where w^t is the model received this
+round. The personal model is what the client reports; the server also reports w under its own name.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from flcore.clients.clientbase import Client
+from flcore.clients.personal import State, parameter_copies, squared_distance_to
+
+
+class clientDitto(Client):
+    persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
+
+    def __init__(self, args, *rest, **kwargs):
+        super().__init__(args, *rest, **kwargs)
+        self.mu = float(args.mu)
+        self.plocal_epochs = int(args.plocal_epochs)
+        self.model_per = copy.deepcopy(self.model)
+        self.optimizer_per = self.make_optimizer(self.model_per.parameters())
+        self.learning_rate_scheduler_per = torch.optim.lr_scheduler.ExponentialLR(
+            self.optimizer_per, gamma=args.learning_rate_decay_gamma)
+        self.received: State = {}          # w^t, refreshed every round
+        self.report_global = False         # set by the server to measure w instead of v
+
+    def begin_local_training(self) -> None:
+        # The personal step needs w^t, so it runs before w itself moves (PFLlib's order too).
+        self.train_personal(self.plocal_epochs)
+
+    def train_personal(self, epochs: int) -> None:
+        self.received = parameter_copies(self.model)
+        self.model_per.train()
+        self.run_epochs(epochs, self.personal_loss, self.optimizer_per)
+        if self.learning_rate_decay:
+            self.learning_rate_scheduler_per.step()
+
+    def personal_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(self.model_per(x), y)
+        if self.mu == 0:
+            return loss
+        return loss + 0.5 * self.mu * squared_distance_to(self.model_per, self.received)
+
+    def fine_tune(self, epochs: int) -> None:
+        """A new client personalises the received global model with Ditto's own objective."""
+        self.train_personal(epochs)
+
+    def evaluation_model(self) -> torch.nn.Module:
+        return self.model if self.report_global else self.model_per

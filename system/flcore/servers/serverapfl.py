@@ -1,0 +1,26 @@
+"""APFL (Deng, Kamani, Mahdavi, "Adaptive Personalized Federated Learning", arXiv 2003.13461, 2020).
+
+Only the global model w is shared and averaged (FedAvg's server step). Each client privately keeps a
+local model v and a learned mixing weight alpha (``-al`` is its initial value, in [0, 1]) and reports
+the personalised mixture ``alpha * v + (1 - alpha) * w`` (see ``clientapfl``). Every client's alpha
+is recorded after each round (``apfl_alpha``, rounds x clients).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flcore.clients.clientapfl import clientAPFL
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class APFL(Server):
+    client_class = clientAPFL
+
+    def __init__(self, args, *rest, **kwargs):
+        if not 0.0 <= args.alpha <= 1.0:
+            raise ConfigError(f"APFL needs -al/--alpha in [0, 1] (initial weight of the local model in "
+                              f"the personalised mixture), got {args.alpha}")
+        super().__init__(args, *rest, **kwargs)
+
+    def end_round(self, rnd: int) -> None:
+        self.record("apfl_alpha", np.array([client.alpha for client in self.clients]))

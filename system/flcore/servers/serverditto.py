@@ -1,0 +1,50 @@
+"""Ditto (Li, Hu, Beirami, Smith, "Ditto: Fair and Robust Federated Learning Through
+Personalization", ICML 2021).
+
+The global model is trained and averaged exactly as in FedAvg; each client also keeps a personal
+model pulled towards the received global one by ``mu/2 * ||v - w||^2`` (see ``clientditto``).
+Both are reported, each under its own name: ``rs_test_acc`` is the personal models' accuracy (the
+method's headline), ``rs_global_test_acc`` the global model's, measured on the same clients in the
+same round. PFLlib appends both to ``rs_test_acc`` in turn; that interleaving is not reproduced.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
+
+from flcore.clients.clientditto import clientDitto
+from flcore.servers.serverbase import ConfigError, Server
+from utils.metrics import Summary
+
+GLOBAL_PREFIX = "rs_global"
+
+
+@contextmanager
+def reporting_global_model(clients: Sequence[clientDitto]) -> Iterator[None]:
+    for client in clients:
+        client.report_global = True
+    try:
+        yield
+    finally:
+        for client in clients:
+            client.report_global = False
+
+
+class Ditto(Server):
+    client_class = clientDitto
+
+    def __init__(self, args, *rest, **kwargs):
+        if args.mu < 0:
+            raise ConfigError(f"Ditto needs -mu/--mu >= 0 (weight of the pull towards the global model), "
+                              f"got {args.mu}")
+        if args.plocal_epochs < 0:
+            raise ConfigError(f"Ditto needs -pls/--plocal_epochs >= 0 (personal epochs per round), "
+                              f"got {args.plocal_epochs}")
+        super().__init__(args, *rest, **kwargs)
+
+    def evaluate(self, clients: Optional[Sequence[clientDitto]] = None, prefix: str = "rs") -> Summary:
+        summary = super().evaluate(clients, prefix)
+        if prefix == "rs":
+            with reporting_global_model(self.clients if clients is None else clients):
+                super().evaluate(clients, prefix=GLOBAL_PREFIX)
+        return summary

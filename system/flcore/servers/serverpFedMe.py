@@ -1,0 +1,50 @@
+"""pFedMe (T. Dinh, Tran, Nguyen, "Personalized Federated Learning with Moreau Envelopes", NeurIPS 2020).
+
+Clients share their local models w (uploaded and averaged); each keeps a private personalised model
+theta, the approximate minimiser of ``CE(theta) + lamda/2 * ||theta - w||^2`` (see ``clientpFedMe``),
+which is what is reported. The server's extra step mixes the new (sample-weighted) average with the
+previous global model: ``w <- (1 - beta) * w_previous + beta * average`` (``-bt``; the paper uses
+beta = 1 or 2), on parameters; buffers keep the plain average.
+
+PFLlib's shared ``-bt`` default is 0, which would keep the global model at its initial value forever;
+pFedMe refuses ``-bt <= 0`` instead of running such a no-op.
+"""
+from __future__ import annotations
+
+from flcore.aggregation import copy_into
+from flcore.clients.clientpFedMe import clientpFedMe
+from flcore.clients.personal import interpolate, parameter_copies, parameter_views
+from flcore.servers.serverbase import ConfigError, Server
+
+
+class pFedMe(Server):
+    client_class = clientpFedMe
+
+    def __init__(self, args, *rest, **kwargs):
+        check_flags(args)
+        super().__init__(args, *rest, **kwargs)
+        self.beta = float(args.beta)
+
+    def aggregate_parameters(self) -> None:
+        if not self.uploaded_models:
+            return
+        shared = self.global_shared_module()
+        previous = parameter_copies(shared)
+        super().aggregate_parameters()
+        # Parameters only: buffers are statistics, not iterates, and with beta > 1 an extrapolated
+        # BatchNorm variance could turn negative; they keep the plain average.
+        copy_into(shared, interpolate(previous, parameter_views(shared), 1.0 - self.beta))
+
+
+def check_flags(args) -> None:
+    if args.beta <= 0:
+        raise ConfigError(f"pFedMe needs -bt/--beta > 0 (server step: (1 - beta) * previous + beta * average; "
+                          f"beta {args.beta} would never move the global model); the paper uses 1 or 2: try -bt 1")
+    if args.K < 1:
+        raise ConfigError(f"pFedMe needs -K/--K >= 1 (inner steps on the personalised model), got {args.K}")
+    if args.p_learning_rate <= 0:
+        raise ConfigError(f"pFedMe needs -lrp/--p_learning_rate > 0 (personal learning rate), "
+                          f"got {args.p_learning_rate}")
+    if args.lamda <= 0:
+        raise ConfigError(f"pFedMe needs -lam/--lamda > 0 (weight of ||theta - w||^2; with 0 the local model "
+                          f"w never moves), got {args.lamda}")

@@ -1,0 +1,37 @@
+"""Per-FedAvg (Fallah, Mokhtari, Ozdaglar, "Personalized Federated Learning with Theoretical Guarantees:
+A Model-Agnostic Meta-Learning Approach", NeurIPS 2020).
+
+The whole model is shared and averaged as in FedAvg; clients train it with first-order MAML steps
+(inner step ``-lr``, meta step ``-bt``; see ``clientperavg``). What is reported for each client is the
+shared model after one SGD step on one of its training batches; the step is undone after measuring.
+
+Differences from PFLlib, on purpose: the meta step size is ``-bt`` (PFLlib ignores it and reuses the
+learning rate); each client trains once per round (PFLlib calls ``train()`` twice, silently doubling ``-ls``); the
+train loss is the adapted model's plain loss (PFLlib's ``train_metrics`` takes an SGD step per batch
+while measuring); the meta-gradient is applied at w (an older PFLlib applied it at w_tilde).
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Optional, Sequence
+
+from flcore.clients.clientperavg import clientPerAvg
+from flcore.servers.serverbase import ConfigError, Server
+from utils.metrics import Summary
+
+
+class PerAvg(Server):
+    client_class = clientPerAvg
+
+    def __init__(self, args, *rest, **kwargs):
+        if args.beta <= 0:
+            raise ConfigError(f"PerAvg needs -bt/--beta > 0 (the meta step size; {args.beta} would never move "
+                              f"the model); try the value of -lr, e.g. -bt {args.local_learning_rate}")
+        super().__init__(args, *rest, **kwargs)
+
+    def evaluate(self, clients: Optional[Sequence[clientPerAvg]] = None, prefix: str = "rs") -> Summary:
+        clients = self.clients if clients is None else clients
+        with ExitStack() as adapted:
+            for client in clients:
+                adapted.enter_context(client.one_step_adapted())
+            return super().evaluate(clients, prefix)
