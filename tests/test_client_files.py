@@ -1,7 +1,6 @@
 """On-disk format: plain arrays round-trip; PFLlib's pickled files load only when they hold arrays."""
 import io
 import os
-import pickle
 import zipfile
 
 import numpy as np

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from utils.data_utils import ClientData, DatasetInfo, load_client_data
+from utils.data_utils import DatasetInfo, load_client_data
 from utils.paths import REPO_ROOT, SYSTEM_DIR
 
 EXECUTORS = ("sequential", "ray")
@@ -125,9 +125,12 @@ class RayExecutor:
 
 def start_ray(address: str = "") -> bool:
     """Connect to (``address``) or start a Ray cluster able to import the project; False if already up."""
+    import os
     import ray
     if ray.is_initialized():
         return False
+    # Keep today's behaviour (and silence Ray's warning about a future change of this default).
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     # Workers import the project's modules to rebuild clients; on a cluster every node needs the
     # repository (and the data) at the same path, e.g. on a shared filesystem.
     env = {"PYTHONPATH": f"{SYSTEM_DIR}:{REPO_ROOT}"}

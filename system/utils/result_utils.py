@@ -9,8 +9,10 @@ The run configuration is stored as JSON in the attribute ``config``.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
@@ -59,3 +61,433 @@ def average_data(folder: Path, dataset: str, algorithm: str, goal: str, runs: Li
     best = [float(np.max(read_results(result_path(folder, dataset, algorithm, goal, r))[0]["rs_test_acc"]))
             for r in runs]
     return float(np.mean(best)), float(np.std(best))
+
+
+# ----- batch reports: many runs -> tables and curves ---------------------------------------------------
+# Used by ``system/report.py`` and ``run_all.sh``. A run is one ``.h5``; runs with the same
+# (dataset, algorithm, goal) are seeds of one experiment; a table cell is one (algorithm, dataset) group.
+
+RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
+PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)$")
+# Flags that name where or on what a run ran, or which seed (the file name says that): ignored when
+# deciding whether a finished run was made with the flags asked for now.
+NON_IDENTIFYING_FLAGS = frozenset({"seed", "prev", "times", "device", "device_id", "data_dir", "results_dir",
+                                   "resume", "checkpoint_every", "executor", "workers", "ray_address",
+                                   "gpus_per_worker"})
+
+
+@dataclass
+class Run:
+    """One run's file, with what the reports need from it (accuracies are fractions in [0, 1])."""
+    path: Path
+    dataset: str
+    algorithm: str
+    goal: str
+    run: int
+    complete: bool
+    config: Dict[str, object]
+    arrays: Dict[str, np.ndarray]
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        return np.asarray(self.arrays.get("rs_test_acc", np.zeros(0)), dtype=float)
+
+    @property
+    def eval_rounds(self) -> np.ndarray:
+        """Round of each accuracy entry (``rs_eval_round``; for PFLlib's files, 0, eg, 2 eg, ...)."""
+        rounds = self.arrays.get("rs_eval_round")
+        if rounds is not None and len(rounds) == len(self.accuracy):
+            return np.asarray(rounds, dtype=int)
+        gap = int(self.config.get("eval_gap", 1) or 1)
+        return np.arange(len(self.accuracy)) * gap
+
+    @property
+    def has_conflicts(self) -> bool:
+        scores = self.arrays.get("lag_conflict_scores")
+        return scores is not None and scores.ndim == 2 and scores.shape[0] > 0 and scores.shape[1] > 0
+
+
+def load_run(path: Path) -> Run:
+    """Read one run; names come from the file's attributes, or from its name for PFLlib's files.
+
+    A file without the ``complete`` attribute (PFLlib writes results only at the end) counts as complete.
+    """
+    arrays, attrs = read_results(path)
+    config = attrs.get("config") if isinstance(attrs.get("config"), dict) else {}
+    parsed = RUN_NAME.match(Path(path).stem)
+    guess = parsed.groupdict() if parsed else {"dataset": Path(path).stem, "algorithm": "?", "goal": "?", "run": 0}
+    return Run(path=Path(path),
+               dataset=str(attrs.get("dataset", config.get("dataset", guess["dataset"]))),
+               algorithm=str(attrs.get("algorithm", config.get("algorithm", guess["algorithm"]))),
+               goal=str(config.get("goal", guess["goal"])),
+               run=int(attrs.get("run", guess["run"])),
+               complete=bool(attrs.get("complete", True)),
+               config=config, arrays=arrays)
+
+
+def find_runs(places: Sequence[Path], recursive: bool = False) -> List[Path]:
+    """The ``.h5`` files in folders ``places`` (sub-folders too with ``recursive``); files are taken as given."""
+    pattern = "**/*.h5" if recursive else "*.h5"
+    found = set()
+    for place in map(Path, places):
+        if place.is_file():
+            found.add(place)
+        else:
+            found.update(p for p in place.glob(pattern) if not p.name.startswith("."))
+    return sorted(found)
+
+
+def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
+              include_incomplete: bool = False) -> Tuple[List[Run], List[Tuple[Path, str]]]:
+    """(runs kept, [(path, why left out)]): unreadable files, incomplete runs, runs with no accuracy, and
+    a second file for the same (dataset, algorithm, goal, run) (e.g. from two folders). Other goals are
+    skipped silently."""
+    kept, left_out = [], []
+    seen: Dict[Tuple[str, str, str, int], Path] = {}
+    for path in paths:
+        try:
+            run = load_run(path)
+        except (OSError, ValueError, KeyError) as err:
+            left_out.append((Path(path), f"unreadable: {err}"))
+            continue
+        if goals and run.goal not in goals:
+            continue
+        if not run.complete and not include_incomplete:
+            left_out.append((Path(path), f"incomplete (stopped after {len(run.accuracy)} evaluations)"))
+        elif len(run.accuracy) == 0:
+            left_out.append((Path(path), "no accuracy recorded"))
+        elif (run.dataset, run.algorithm, run.goal, run.run) in seen:
+            first = seen[(run.dataset, run.algorithm, run.goal, run.run)]
+            left_out.append((Path(path), f"same dataset, algorithm, goal and run index as {first}"))
+        else:
+            seen[(run.dataset, run.algorithm, run.goal, run.run)] = Path(path)
+            kept.append(run)
+    return kept, left_out
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a dataset folder was split: ``base`` (e.g. MNIST), ``key`` (e.g. dir0.1) and a display label."""
+    base: str
+    key: str
+    label: str
+
+    @property
+    def sort_key(self) -> tuple:
+        kind = re.match(r"[a-z]*", self.key).group(0)
+        number = self.key[len(kind):]
+        order = {"dir": 0, "exdir": 1, "pat": 2, "iid": 3}.get(kind, 4)
+        try:
+            value = float(number)
+        except ValueError:
+            value = 0.0
+        return order, value, self.key
+
+
+def partition_from_config(config: Mapping[str, object]) -> Tuple[str, str]:
+    """(key, label) of a dataset ``config.json``: dir0.1 / Dir(0.1), pat2 / Pat(2), iid / IID."""
+    scheme = str(config.get("partition", ""))
+    if not config.get("non_iid", True) or scheme in ("iid", "-"):
+        return "iid", "IID"
+    if scheme in ("dir", "exdir"):
+        alpha = f"{float(config.get('alpha', 0.1)):g}"
+        return f"{scheme}{alpha}", f"{'Dir' if scheme == 'dir' else 'ExDir'}({alpha})"
+    if scheme == "pat":
+        k = int(config.get("class_per_client", 2))
+        return f"pat{k}", f"Pat({k})"
+    return scheme or "?", scheme or "?"
+
+
+def partition_from_name(name: str) -> Tuple[str, str]:
+    """(key, label) from the naming convention ``<Base>-<partition>`` (``MNIST-dir0.1``), else ("", "")."""
+    match = PARTITION_SUFFIX.match(name)
+    if not match:
+        return "", ""
+    token = match.group("partition")
+    kind = re.match(r"[a-z]*", token).group(0)
+    if kind == "iid":
+        return "iid", "IID"
+    # The same key and label as partition_from_config gives for that split (dir1.0 -> dir1, Dir(1)).
+    number = f"{float(token[len(kind):]):g}" if kind != "pat" else str(int(token[len(kind):]))
+    label = {"dir": f"Dir({number})", "exdir": f"ExDir({number})", "pat": f"Pat({number})"}[kind]
+    return f"{kind}{number}", label
+
+
+def dataset_partition(dataset: str, data_dir: Optional[object] = None) -> Partition:
+    """The partition of dataset folder ``dataset``: read from ``<data_dir>/<dataset>/config.json``
+    (``data_dir`` as the run recorded it; default ``dataset/``), else from the name ``<Base>-<partition>``."""
+    from utils.paths import DATASET_DIR
+    key, label = partition_from_name(dataset)
+    base = PARTITION_SUFFIX.match(dataset).group("base") if key else dataset
+    config_file = Path(data_dir or DATASET_DIR) / dataset / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict):
+        key, label = partition_from_config(config)
+        source = config.get("source")
+        if source and dataset.startswith(str(source)):
+            base = str(source)
+    return Partition(base=base, key=key, label=label)
+
+
+@dataclass
+class Group:
+    """The runs (seeds) of one (dataset, algorithm, goal), and their summary."""
+    dataset: str
+    algorithm: str
+    goal: str
+    partition: Partition
+    runs: List[Run] = field(default_factory=list)
+
+    @property
+    def best(self) -> np.ndarray:
+        """Each run's best accuracy (PFLlib's headline number: max over evaluations)."""
+        return np.array([float(np.max(r.accuracy)) for r in self.runs])
+
+    @property
+    def final(self) -> np.ndarray:
+        """Each run's last evaluated accuracy."""
+        return np.array([float(r.accuracy[-1]) for r in self.runs])
+
+    def stats(self) -> Dict[str, float]:
+        """Mean and population std (``np.std``, as PFLlib) over runs of the best and final accuracy."""
+        best, final = self.best, self.final
+        return {"best_mean": float(np.mean(best)), "best_std": float(np.std(best)),
+                "final_mean": float(np.mean(final)), "final_std": float(np.std(final))}
+
+    @property
+    def model(self) -> str:
+        models = sorted({str(r.config.get("model", "?")) for r in self.runs})
+        return "/".join(models)
+
+    def curve(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rounds, mean, std, count) of the accuracy over the runs, aligned by evaluation round.
+
+        Runs of different lengths (auto-break) contribute to the rounds they reached.
+        """
+        rounds = np.array(sorted({int(x) for r in self.runs for x in r.eval_rounds}), dtype=int)
+        table = np.full((len(self.runs), len(rounds)), np.nan)
+        column = {x: i for i, x in enumerate(rounds)}
+        for row, run in enumerate(self.runs):
+            for x, acc in zip(run.eval_rounds, run.accuracy):
+                table[row, column[int(x)]] = acc
+        count = np.sum(~np.isnan(table), axis=0)
+        with np.errstate(invalid="ignore"):
+            mean = np.nanmean(table, axis=0) if len(self.runs) else table[0]
+            std = np.nanstd(table, axis=0)
+        return rounds, mean, std, count
+
+
+def group_runs(runs: Sequence[Run], data_dir: Optional[object] = None) -> List[Group]:
+    """Runs grouped by (dataset, algorithm, goal), each group's runs in run-index order.
+
+    ``data_dir`` overrides where dataset configs are looked up (default: each run's recorded ``data_dir``).
+    """
+    groups: Dict[Tuple[str, str, str], Group] = {}
+    for run in runs:
+        key = (run.dataset, run.algorithm, run.goal)
+        if key not in groups:
+            where = data_dir if data_dir is not None else run.config.get("data_dir")
+            groups[key] = Group(run.dataset, run.algorithm, run.goal, dataset_partition(run.dataset, where))
+        groups[key].runs.append(run)
+    for group in groups.values():
+        group.runs.sort(key=lambda r: r.run)
+    return sorted(groups.values(), key=lambda g: (g.partition.sort_key, dataset_sort_key(g.partition.base),
+                                                  g.dataset, algorithm_sort_key(g.algorithm), g.goal))
+
+
+# The paper's column order; other datasets follow alphabetically.
+PAPER_DATASET_ORDER = ("MNIST", "Cifar10", "Cifar100", "EMNIST")
+
+
+def dataset_sort_key(base: str) -> tuple:
+    return (PAPER_DATASET_ORDER.index(base), "") if base in PAPER_DATASET_ORDER else (len(PAPER_DATASET_ORDER), base)
+
+
+def algorithm_sort_key(name: str) -> tuple:
+    """FedLAG first, then FedAvg, then the rest alphabetically; ``X+LAG`` right after ``X``."""
+    base = name[:-4] if name.endswith("+LAG") else name
+    rank = {"FedLAG": 0, "FedAvg": 1}.get(base, 2)
+    return rank, base.lower(), name.endswith("+LAG")
+
+
+@dataclass(frozen=True)
+class Column:
+    dataset: str
+    partition: Partition
+    label: str
+
+
+@dataclass(frozen=True)
+class Row:
+    algorithm: str
+    goal: str
+    label: str
+
+
+def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict[Tuple[Row, Column], Group]]:
+    """The paper's Table 1 layout: rows = algorithms (with the goal when there are several goals),
+    columns = dataset x partition, ordered by partition then dataset (all Dir(0.1) columns first)."""
+    goals = sorted({g.goal for g in groups})
+    columns: Dict[str, Column] = {}
+    labels: Dict[str, List[str]] = {}
+    for g in groups:
+        text = f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+        labels.setdefault(text, [])
+        if g.dataset not in labels[text]:
+            labels[text].append(g.dataset)
+    for g in groups:
+        if g.dataset in columns:
+            continue
+        text = f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+        if len(labels[text]) > 1:  # two folders with the same base and split: tell them apart
+            text = f"{text} [{g.dataset}]"
+        columns[g.dataset] = Column(g.dataset, g.partition, text)
+    ordered_columns = sorted(columns.values(), key=lambda c: (c.partition.sort_key, dataset_sort_key(c.partition.base),
+                                                               c.dataset))
+    # One row per algorithm when no cell would get two goals (e.g. goal "paper-DNN" on MNIST and
+    # "paper-CNN" on CIFAR-10); otherwise one row per (algorithm, goal).
+    cell_goals: Dict[Tuple[str, str], set] = {}
+    for g in groups:
+        cell_goals.setdefault((g.algorithm, g.dataset), set()).add(g.goal)
+    merge = all(len(v) == 1 for v in cell_goals.values())
+    rows: Dict[Tuple[str, str], Row] = {}
+    for g in groups:
+        key = (g.algorithm, "" if merge else g.goal)
+        label = g.algorithm if merge or len(goals) == 1 else f"{g.algorithm} ({g.goal})"
+        rows.setdefault(key, Row(g.algorithm, key[1], label))
+    ordered_rows = sorted(rows.values(), key=lambda r: (r.goal, algorithm_sort_key(r.algorithm)))
+    cells = {(rows[(g.algorithm, "" if merge else g.goal)], columns[g.dataset]): g for g in groups}
+    return ordered_rows, ordered_columns, cells
+
+
+def format_cell(mean: float, std: float) -> str:
+    """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``."""
+    return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: bool = True) -> str:
+    """One Markdown table (Table 1 layout) of ``metric`` ("best" or "final") accuracy, mean ± std in %.
+
+    The highest mean of each column is in bold; a cell with no runs is "-".
+    """
+    rows, columns, cells = table_layout(groups)
+    header = "| method | " + " | ".join(c.label for c in columns) + " |"
+    lines = [header, "|---|" + "---|" * len(columns)]
+    top = {}
+    for c in columns:
+        means = [cells[(r, c)].stats()[f"{metric}_mean"] for r in rows if (r, c) in cells]
+        top[c] = max(means) if means else None
+    for r in rows:
+        out = []
+        for c in columns:
+            g = cells.get((r, c))
+            if g is None:
+                out.append("-")
+                continue
+            s = g.stats()
+            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"])
+            out.append(f"**{text}**" if bold_best and len(rows) > 1 and s[f"{metric}_mean"] == top[c] else text)
+        lines.append(f"| {r.label} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def seeds_note(groups: Sequence[Group]) -> str:
+    counts = sorted({len(g.runs) for g in groups})
+    if len(counts) == 1:
+        return f"{counts[0]} run(s) (seeds) per cell."
+    detail = ", ".join(f"{g.algorithm} on {g.dataset}: {len(g.runs)}" for g in groups if len(g.runs) != counts[-1])
+    return f"Runs (seeds) per cell vary: most have {counts[-1]}; {detail}."
+
+
+def models_note(groups: Sequence[Group]) -> str:
+    """Which model each column used, when the table mixes models; else the one model."""
+    _, columns, cells = table_layout(groups)
+    per_column = {c.label: sorted({g.model for (r, col), g in cells.items() if col == c}) for c in columns}
+    models = sorted({m for v in per_column.values() for m in v})
+    if len(models) <= 1:
+        return f"Model: {models[0] if models else '?'}."
+    return "Models: " + "; ".join(f"{label}: {'/'.join(m)}" for label, m in per_column.items()) + "."
+
+
+def csv_table(groups: Sequence[Group]) -> List[List[str]]:
+    """Table 1 layout for a spreadsheet: one row per algorithm; per column a best and a final cell."""
+    rows, columns, cells = table_layout(groups)
+    header = ["method"] + [f"{c.label} {m}" for c in columns for m in ("best", "final")]
+    out = [header]
+    for r in rows:
+        line = [r.label]
+        for c in columns:
+            g = cells.get((r, c))
+            if g is None:
+                line += ["", ""]
+            else:
+                s = g.stats()
+                line += [format_cell(s["best_mean"], s["best_std"]), format_cell(s["final_mean"], s["final_std"])]
+        out.append(line)
+    return out
+
+
+SUMMARY_FIELDS = ("algorithm", "goal", "model", "dataset", "base_dataset", "partition", "runs", "run_ids",
+                  "rounds", "best_mean", "best_std", "final_mean", "final_std")
+
+
+def summary_rows(groups: Sequence[Group]) -> List[Dict[str, object]]:
+    """One record per group with the numbers (fractions in [0, 1], not rounded), for a tidy CSV."""
+    records = []
+    for g in groups:
+        s = g.stats()
+        records.append({"algorithm": g.algorithm, "goal": g.goal, "model": g.model, "dataset": g.dataset,
+                        "base_dataset": g.partition.base, "partition": g.partition.key, "runs": len(g.runs),
+                        "run_ids": " ".join(str(r.run) for r in g.runs),
+                        "rounds": max(int(r.eval_rounds[-1]) for r in g.runs), **s})
+    return records
+
+
+def personal_frequency(runs: Sequence[Run]) -> Tuple[List[str], np.ndarray, np.ndarray]:
+    """(layer names, mean, std over runs) of the fraction of rounds each layer was kept personal."""
+    names = [str(n) for n in runs[0].arrays["lag_layer_names"]]
+    freq = np.array([np.asarray(r.arrays["lag_personal"], dtype=float).mean(axis=0) for r in runs
+                     if len(r.arrays.get("lag_personal", [])) and len(r.arrays["lag_layer_names"]) == len(names)])
+    return names, freq.mean(axis=0), freq.std(axis=0)
+
+
+def run_status(path: Path, argv: Sequence[str]) -> str:
+    """What a batch should do about the run ``argv`` of ``system/main.py`` whose file is ``path``:
+
+    ``missing`` (no file), ``incomplete`` (a run that stopped early, e.g. diverged), ``stale`` (complete,
+    but made with other flags than ``argv``: rerun it) or ``complete`` (skip it). Flags in
+    :data:`NON_IDENTIFYING_FLAGS` and values left open (``None``, resolved at run time) are not compared.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return "missing"
+    try:
+        with h5py.File(path, "r") as f:
+            complete = bool(f.attrs.get("complete", False))
+            config = _decode(f.attrs.get("config", "{}"))
+    except (OSError, ValueError):
+        return "incomplete"
+    if not complete:
+        return "incomplete"
+    from utils.options import build_parser
+    try:
+        wanted = vars(build_parser().parse_args(list(argv)))
+    except SystemExit:
+        return "missing"  # the run will fail again and say why
+    if not isinstance(config, dict):
+        return "stale"
+    ignored = set(NON_IDENTIFYING_FLAGS)
+    try:
+        from utils.checkpoint import IGNORED_ON_RESUME
+        ignored |= set(IGNORED_ON_RESUME)
+    except ImportError:
+        pass
+    for key, value in wanted.items():
+        if key in ignored or value is None or key not in config:
+            continue
+        if config[key] != value:
+            return "stale"
+    return "complete"

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from torch import nn
 
-from flcore.aggregation import State, copy_into, named_tensors, weighted_average
+from flcore.aggregation import State, copy_into, weighted_average
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from utils.data_utils import ClientData
 

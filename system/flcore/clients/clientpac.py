@@ -16,7 +16,7 @@ from torch import nn
 
 from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientbase import Client
-from flcore.clients.parttraining import fine_tune_whole_model, only_trainable, part_optimizer
+from flcore.clients.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
 from utils.data_utils import ClientData
 
 HEAD_EPOCHS = 1  # the paper's and PFLlib's classifier stage
@@ -48,16 +48,7 @@ class clientPAC(Client):
         self.global_prototype_mask = present.detach().clone()
 
     def train(self) -> None:
-        self.model.train()
-        self.begin_local_training()
-        with only_trainable(self.model, self.model.head):
-            self.run_epochs(HEAD_EPOCHS, self.classification_loss, self.head_optimizer)
-        with only_trainable(self.model, self.model.base):
-            self.run_epochs(self.local_epochs, self.local_loss, self.optimizer)
-        if self.learning_rate_decay:
-            self.head_scheduler.step()
-            self.learning_rate_scheduler.step()
-        self.end_local_training()
+        train_head_then_base(self, HEAD_EPOCHS, self.classification_loss, self.local_loss)
 
     def begin_local_training(self) -> None:
         """Statistics of the body just received, before local training changes it (as the paper does)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.parttraining import fine_tune_whole_model, only_trainable, part_optimizer
+from flcore.clients.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
 from utils.data_utils import ClientData
 
 
@@ -23,17 +23,7 @@ class clientRep(Client):
         self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)
 
     def train(self) -> None:
-        self.model.train()
-        self.begin_local_training()
-        # The head first adapts to the base just received, then the base learns under that head.
-        with only_trainable(self.model, self.model.head):
-            self.run_epochs(self.head_epochs, self.local_loss, self.head_optimizer)
-        with only_trainable(self.model, self.model.base):
-            self.run_epochs(self.local_epochs, self.local_loss, self.optimizer)
-        if self.learning_rate_decay:
-            self.head_scheduler.step()
-            self.learning_rate_scheduler.step()
-        self.end_local_training()
+        train_head_then_base(self, self.head_epochs, self.local_loss, self.local_loss)
 
     def fine_tune(self, epochs: int) -> None:
         fine_tune_whole_model(self, epochs)

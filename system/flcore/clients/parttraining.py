@@ -7,7 +7,7 @@ for the rest skips its backward pass as well.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Tuple
+from typing import Callable, Iterator, Tuple
 
 import torch
 from torch import nn
@@ -49,3 +49,18 @@ def fine_tune_whole_model(client: Client, epochs: int) -> None:
     model.train()
     with only_trainable(model, model):
         client.run_epochs(epochs, lambda x, y: client.loss(model(x), y), optimizer)
+
+
+def train_head_then_base(client: Client, head_epochs: int, head_loss: Callable, base_loss: Callable) -> None:
+    """One local round of FedRep / FedPAC: the head adapts to the base just received (base frozen),
+    then the base learns under that head (head frozen); each stage steps only its own optimiser."""
+    client.model.train()
+    client.begin_local_training()
+    with only_trainable(client.model, client.model.head):
+        client.run_epochs(head_epochs, head_loss, client.head_optimizer)
+    with only_trainable(client.model, client.model.base):
+        client.run_epochs(client.local_epochs, base_loss, client.optimizer)
+    if client.learning_rate_decay:
+        client.head_scheduler.step()
+        client.learning_rate_scheduler.step()
+    client.end_local_training()

@@ -13,7 +13,6 @@ code written against PFLlib, and :class:`LayerConflictMixin`, work on these serv
 """
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Type
@@ -42,6 +41,13 @@ class RunError(RuntimeError):
 
 class ConfigError(ValueError):
     """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
+
+
+def require(*checks: tuple) -> None:
+    """Raise one ConfigError listing every ``(condition, message)`` pair whose condition is false."""
+    problems = [message for ok, message in checks if not ok]
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 class Server:
@@ -185,9 +191,13 @@ class Server:
         """Sample-weighted average of the uploads (parameters and buffers) into the global model."""
         if not self.uploaded_models:
             return
+        copy_into(self.global_shared_module(), self.average_uploads())
+
+    def average_uploads(self, weights: Optional[Sequence[float]] = None) -> Dict[str, torch.Tensor]:
+        """Average of the uploads' shared tensors by name, weighted by ``weights`` (default: by samples)."""
         names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
-        average = weighted_average([named_tensors(m) for m in self.uploaded_models], self.uploaded_weights, names)
-        copy_into(self.global_shared_module(), average)
+        weights = self.uploaded_weights if weights is None else weights
+        return weighted_average([named_tensors(m) for m in self.uploaded_models], weights, names)
 
     def end_round(self, rnd: int) -> None:
         """Extra per-round server step (after aggregation); nothing by default."""

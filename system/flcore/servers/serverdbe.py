@@ -23,7 +23,7 @@ from torch import nn
 
 from flcore.aggregation import sample_weights, weighted_average
 from flcore.clients.clientdbe import clientDBE
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server, require
 from utils.data_utils import DatasetInfo
 
 
@@ -32,13 +32,10 @@ class FedDBE(Server):
     persistent_attrs = ("global_feature_mean",)
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        problems = []
-        if not 0.0 <= args.momentum <= 1.0:
-            problems.append(f"-mo/--momentum (FedDBE's running-mean momentum) must be in [0, 1], got {args.momentum}")
-        if not args.kl_weight >= 0.0:
-            problems.append(f"-klw/--kl_weight (FedDBE's mean-regulariser weight) must be >= 0, got {args.kl_weight}")
-        if problems:
-            raise ConfigError("; ".join(problems))
+        require((0.0 <= args.momentum <= 1.0,
+                 f"-mo/--momentum (FedDBE's running-mean momentum) must be in [0, 1], got {args.momentum}"),
+                (args.kl_weight >= 0.0,
+                 f"-klw/--kl_weight (FedDBE's mean-regulariser weight) must be >= 0, got {args.kl_weight}"))
         super().__init__(args, times, model, data)
         self.global_feature_mean = self.initial_global_mean()
 

@@ -14,7 +14,7 @@ from typing import Dict
 
 import torch
 
-from flcore.aggregation import copy_into, named_tensors, weighted_average
+from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientdyn import clientDyn
 from flcore.servers.serverbase import ConfigError, Server
 
@@ -37,10 +37,8 @@ class FedDyn(Server):
     def aggregate_parameters(self) -> None:
         if not self.uploaded_models:
             return
-        names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
         participants = len(self.uploaded_models)
-        mean = weighted_average([named_tensors(m) for m in self.uploaded_models],
-                                [1.0 / participants] * participants, names)
+        mean = self.average_uploads([1.0 / participants] * participants)  # uniform, as in the paper
         current = named_tensors(self.global_shared_module())
         for name, h in self.server_state.items():
             if name not in mean:

@@ -25,7 +25,7 @@ from torch import nn
 
 from flcore.clients.clientgpfl import clientGPFL
 from flcore.clients.gpfl_model import GPFLModel
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server, require
 from utils.data_utils import DatasetInfo
 
 
@@ -33,11 +33,6 @@ class GPFL(Server):
     client_class = clientGPFL
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        problems = []
-        if not args.lamda >= 0:
-            problems.append(f"-lam/--lamda (GPFL's magnitude-guidance weight) must be >= 0, got {args.lamda}")
-        if not args.mu >= 0:
-            problems.append(f"-mu/--mu (GPFL's weight decay on GCE and CoV) must be >= 0, got {args.mu}")
-        if problems:
-            raise ConfigError("; ".join(problems))
+        require((args.lamda >= 0, f"-lam/--lamda (GPFL's magnitude-guidance weight) must be >= 0, got {args.lamda}"),
+                (args.mu >= 0, f"-mu/--mu (GPFL's weight decay on GCE and CoV) must be >= 0, got {args.mu}"))
         super().__init__(args, times, GPFLModel(model.base, model.head, args.num_classes), data)

@@ -7,18 +7,13 @@ global model's and pushed from the client's previous local model's. Each client 
 received global model.
 """
 from flcore.clients.clientmoon import clientMOON
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server, require
 
 
 class MOON(Server):
     client_class = clientMOON
 
     def __init__(self, args, *rest, **kwargs):
-        problems = []
-        if not args.mu >= 0:
-            problems.append(f"-mu/--mu is MOON's contrastive weight and must be >= 0, got {args.mu}")
-        if not args.tau > 0:
-            problems.append(f"-tau/--tau is MOON's temperature and must be > 0, got {args.tau}")
-        if problems:
-            raise ConfigError("; ".join(problems))
+        require((args.mu >= 0, f"-mu/--mu is MOON's contrastive weight and must be >= 0, got {args.mu}"),
+                (args.tau > 0, f"-tau/--tau is MOON's temperature and must be > 0, got {args.tau}"))
         super().__init__(args, *rest, **kwargs)

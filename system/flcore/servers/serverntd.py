@@ -7,18 +7,13 @@ received global model and the local model (``-bt`` beta, default 0, which is Fed
 (PFLlib uses a uniform 1/num_join mean). Each client reports the received global model.
 """
 from flcore.clients.clientntd import clientNTD
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server, require
 
 
 class FedNTD(Server):
     client_class = clientNTD
 
     def __init__(self, args, *rest, **kwargs):
-        problems = []
-        if not args.beta >= 0:
-            problems.append(f"-bt/--beta is FedNTD's distillation weight and must be >= 0, got {args.beta}")
-        if not args.tau > 0:
-            problems.append(f"-tau/--tau is FedNTD's temperature and must be > 0, got {args.tau}")
-        if problems:
-            raise ConfigError("; ".join(problems))
+        require((args.beta >= 0, f"-bt/--beta is FedNTD's distillation weight and must be >= 0, got {args.beta}"),
+                (args.tau > 0, f"-tau/--tau is FedNTD's temperature and must be > 0, got {args.tau}"))
         super().__init__(args, *rest, **kwargs)

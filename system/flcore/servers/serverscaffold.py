@@ -48,10 +48,8 @@ class SCAFFOLD(Server):
     def aggregate_parameters(self) -> None:
         if not self.uploaded_models:
             return
-        names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
         participants = len(self.uploaded_models)
-        mean = weighted_average([named_tensors(m) for m in self.uploaded_models],
-                                [1.0 / participants] * participants, names)
+        mean = self.average_uploads([1.0 / participants] * participants)  # uniform, as in the paper
         current = named_tensors(self.global_shared_module())
         controlled = [n for n in self.control if n in mean]
         delta_sum = weighted_average(self.uploaded_control_deltas, [1.0] * participants, controlled)
