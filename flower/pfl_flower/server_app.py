@@ -1,0 +1,61 @@
+"""FedLAG's ServerApp: runs once per run, in the process the SuperLink starts for it.
+
+It builds the global model exactly as ``system/main.py -algo FedLAG`` does (same flags, same seed,
+same layer names), runs :class:`~pfl_flower.strategy.FedLagStrategy` for ``num-server-rounds`` rounds
+over the connected SuperNodes, and writes
+
+* ``<results-dir>/<dataset>_FedLAG_<goal>_0.h5``: the project's result file (``rs_test_acc`` ...,
+  ``lag_layer_names``, ``lag_conflict_scores`` (rounds x layers), ``lag_personal`` (the choice made
+  at the end of each round), ``lag_num_uploads``), with the run configuration as JSON attributes;
+* ``<results-dir>/<dataset>_FedLAG_<goal>_0.global.npz``: the final global (averaged) model.
+"""
+from __future__ import annotations
+
+from logging import INFO
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ConfigRecord, Context
+from flwr.common import log
+from flwr.serverapp import Grid, ServerApp
+
+from . import task
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    repo = task.use_project(context)  # the project's modules are importable from here on
+    from flcore.lag.mixin import LagSettings
+    from utils.result_utils import result_path, write_results
+
+    from .strategy import FedLagStrategy
+
+    args = task.project_args(context, repo)
+    model = task.build_model(args)
+    run = context.run_config
+    min_nodes = int(run.get("min-nodes", 2))
+    num_rounds = int(run.get("num-server-rounds", 3))
+    strategy = FedLagStrategy(LagSettings.from_args(args), [n for n, _ in model.named_parameters()],
+                              num_rounds=num_rounds, eval_gap=int(run.get("eval-gap", 1)),
+                              fraction_train=float(run.get("fraction-train", 1.0)),
+                              fraction_evaluate=float(run.get("fraction-evaluate", 1.0)),
+                              min_train_nodes=min_nodes, min_evaluate_nodes=min_nodes,
+                              min_available_nodes=min_nodes)
+    result = strategy.start(grid=grid, initial_arrays=task.to_record(model.state_dict()),
+                            num_rounds=num_rounds,
+                            train_config=ConfigRecord(), evaluate_config=ConfigRecord())
+
+    path = result_path(Path(args.results_dir), args.dataset, task.ALGORITHM, args.goal, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    attrs = {"config": vars(args), "flower_run_config": dict(run), "engine": "flower", "run": 0,
+             "algorithm": task.ALGORITHM, "dataset": args.dataset,
+             "rounds_done": len(strategy.history["uploads"]), "complete": True}
+    write_results(path, strategy.result_arrays(), attrs)
+    arrays = result.arrays if result.arrays else task.to_record(model.state_dict())  # no round aggregated
+    final = {name: tensor.numpy() for name, tensor in task.from_record(arrays).items()}
+    model_path = path.with_suffix(".global.npz")
+    np.savez(model_path.with_suffix(".tmp.npz"), **final)
+    model_path.with_suffix(".tmp.npz").replace(model_path)
+    log(INFO, "FedLAG results written to %s and %s", path, model_path)
