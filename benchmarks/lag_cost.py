@@ -3,9 +3,9 @@
     python benchmarks/lag_cost.py                 # scaling + Gram vs loop (synthetic updates)
     python benchmarks/lag_cost.py --round-share   # also a real round on MNIST/CNN (needs dataset/MNIST)
 
-1. Scaling: per-layer update matrices for m clients and a model of P parameters split into layers the
-   shape of FedAvgCNN's; the time of ``stack_layer_updates`` + ``conflict_scores`` (what the mixin runs
-   every round). The issue's bar: 100 clients x 1M parameters well under a second on this CPU.
+1. Scaling: m clients and a model of P parameters split into layers the shape of FedAvgCNN's; the time
+   of what the mixin runs every round (starting rows, in-place updates, one Gram matrix per layer on
+   column views). The issue's bar: 100 clients x 1M parameters well under a second on this CPU.
 2. Gram matrix vs a Python loop over client pairs (the authors' ``pair_cos``), same inputs, as a ratio.
 3. With ``--round-share``: one FedLAG round on MNIST (20 clients, CNN, batch 10) with the mixin's hooks
    timed, as a fraction of the whole round.
@@ -23,20 +23,34 @@ sys.path.insert(0, str(REPO / "system"))
 
 import torch  # noqa: E402
 
-from flcore.lag.conflict import build_layers, conflict_scores, stack_layer_updates  # noqa: E402
+from flcore.lag.conflict import conflict_scores_in_spans  # noqa: E402
 
 # FedAvgCNN on CIFAR-10 (0.88M parameters): tensor sizes in named_parameters() order.
 CNN_LAYERS = [2400, 32, 51200, 64, 819200, 512, 5120, 10]
 
 
-def synthetic_updates(num_clients: int, total_params: int, seed: int = 0):
-    """Per-client update dicts with FedAvgCNN's layer proportions, scaled to ``total_params``."""
+def synthetic_clients(num_clients: int, total_params: int, seed: int = 0):
+    """Per-client parameter lists with FedAvgCNN's layer proportions, scaled to ``total_params``."""
     scale = total_params / sum(CNN_LAYERS)
     sizes = [max(1, int(s * scale)) for s in CNN_LAYERS]
-    names = [f"layer{i}" for i in range(len(sizes))]
     g = torch.Generator().manual_seed(seed)
-    updates = [{n: torch.randn(s, generator=g) for n, s in zip(names, sizes)} for _ in range(num_clients)]
-    return updates, build_layers(names), sum(sizes)
+    clients = [[torch.randn(s, generator=g) for s in sizes] for _ in range(num_clients)]
+    spans, start = [], 0
+    for size in sizes:
+        spans.append([(start, start + size)])
+        start += size
+    return clients, spans, start
+
+
+def mixin_round(before, after, spans, width):
+    """What LayerConflictMixin does per round: starting rows at the broadcast, updates in place at
+    upload (theta_after - theta_start), then one Gram matrix per layer on column views."""
+    matrix = torch.empty(len(before), width)
+    for row, params in enumerate(before):
+        torch.cat(params, out=matrix[row])
+    for row, params in enumerate(after):
+        matrix[row].sub_(torch.cat(params)).neg_()
+    return conflict_scores_in_spans(matrix, spans, 0.0)
 
 
 def best_time(fn, repeat: int = 3) -> float:
@@ -61,23 +75,23 @@ def pairwise_loop_scores(layer_updates, xi: float):
 
 
 def scaling() -> None:
-    print(f"conflict analysis per round ({torch.get_num_threads()} threads; best of 3)")
-    print(f"{'clients':>8}{'params':>12}{'stack s':>10}{'score s':>10}{'total s':>10}")
+    print(f"conflict analysis per round, as the mixin runs it ({torch.get_num_threads()} threads; best of 3)")
+    print(f"{'clients':>8}{'params':>12}{'seconds':>10}")
     for clients, params in [(20, 1_000_000), (50, 1_000_000), (100, 1_000_000), (100, 250_000), (100, 4_000_000)]:
-        updates, layers, total = synthetic_updates(clients, params)
-        stacked = stack_layer_updates(updates, layers)
-        t_stack = best_time(lambda: stack_layer_updates(updates, layers))
-        t_score = best_time(lambda: conflict_scores(stacked, 0.0))
-        print(f"{clients:>8}{total:>12,}{t_stack:>10.3f}{t_score:>10.3f}{t_stack + t_score:>10.3f}")
+        before, spans, width = synthetic_clients(clients, params, seed=0)
+        after, _, _ = synthetic_clients(clients, params, seed=1)
+        seconds = best_time(lambda: mixin_round(before, after, spans, width))
+        print(f"{clients:>8}{width:>12,}{seconds:>10.3f}")
 
 
 def gram_vs_loop() -> None:
-    updates, layers, total = synthetic_updates(40, 200_000)
-    stacked = stack_layer_updates(updates, layers)
-    t_gram = best_time(lambda: conflict_scores(stacked, 0.0))
-    t_loop = best_time(lambda: pairwise_loop_scores(stacked, 0.0), repeat=1)
-    same = conflict_scores(stacked, 0.0).tolist() == pairwise_loop_scores(stacked, 0.0)
-    print(f"\n40 clients x {total:,} parameters: Gram {t_gram:.4f} s, pairwise loop {t_loop:.3f} s "
+    before, spans, width = synthetic_clients(40, 200_000, seed=0)
+    matrix = torch.stack([torch.cat(p) for p in before])
+    layers = [matrix[:, a:b] for ((a, b),) in spans]
+    t_gram = best_time(lambda: conflict_scores_in_spans(matrix, spans, 0.0))
+    t_loop = best_time(lambda: pairwise_loop_scores(layers, 0.0), repeat=1)
+    same = conflict_scores_in_spans(matrix, spans, 0.0).tolist() == pairwise_loop_scores(layers, 0.0)
+    print(f"\n40 clients x {width:,} parameters: Gram {t_gram:.4f} s, pairwise loop {t_loop:.3f} s "
           f"({t_loop / t_gram:.0f}x slower), same scores: {same}")
 
 
