@@ -451,6 +451,8 @@ def personal_frequency(runs: Sequence[Run]) -> Tuple[List[str], np.ndarray, np.n
     names = [str(n) for n in runs[0].arrays["lag_layer_names"]]
     freq = np.array([np.asarray(r.arrays["lag_personal"], dtype=float).mean(axis=0) for r in runs
                      if len(r.arrays.get("lag_personal", [])) and len(r.arrays["lag_layer_names"]) == len(names)])
+    if freq.size == 0:
+        return names, np.zeros(len(names)), np.zeros(len(names))
     return names, freq.mean(axis=0), freq.std(axis=0)
 
 

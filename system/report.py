@@ -1,0 +1,187 @@
+"""Turn a folder of run files (``.h5``) into the paper-style table and figures::
+
+    python system/report.py results/                      # writes results/report/
+    python system/report.py results/ -o /tmp/rep --goal quick-CNN --heatmap-scale fraction
+
+Runs with the same (dataset, algorithm, goal) are the seeds of one experiment. Written to the output
+folder (default ``<first folder>/report``):
+
+* ``table.md`` / ``table.csv``: the paper's Table 1 layout, rows = algorithms, columns = dataset x
+  partition; best (max over rounds) and final (last evaluation) test accuracy in %, mean ± population
+  std over seeds; the best mean of each column in bold. ``summary.csv``: the same numbers, unrounded
+  (fractions), one line per (algorithm, dataset, goal), with run ids and model.
+* ``curves_<dataset>.png``: accuracy against round, one line per algorithm, ± std over seeds shaded
+  (and ``curves.png``, every dataset side by side, when there are several).
+* ``heatmap_<run>.png``: per-layer conflict score over rounds (layers x rounds, the paper's Fig. 2b),
+  for the first seed of every experiment that recorded conflict scores (``--all-heatmaps``: every run).
+* ``personal_<experiment>.png``: the fraction of rounds each layer was kept personal.
+* ``report.md``: all of the above on one page.
+
+Only complete runs count (a diverged run is listed as left out) unless ``--include-incomplete``.
+The partition of a dataset is read from ``<data_dir>/<dataset>/config.json`` (``data_dir`` as the run
+recorded it, or ``--data_dir``), else from the name ``<Base>-<partition>`` (``MNIST-dir0.1``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+from utils.paths import display_path  # noqa: E402
+from utils.result_utils import (SUMMARY_FIELDS, Group, csv_table, find_runs, group_runs,  # noqa: E402
+                                load_runs, markdown_table, models_note, personal_frequency, seeds_note,
+                                summary_rows, table_layout)
+
+
+def safe_name(text: str) -> str:
+    """A file-name piece: letters, digits, '.', '+', '-' kept; anything else becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "x"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Tables and plots from a folder of run .h5 files.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("folders", nargs="*", type=Path, metavar="FOLDER_OR_FILE",
+                   help="folders holding .h5 runs, or .h5 files (default: results/)")
+    p.add_argument("-o", "--out", type=Path, default=None,
+                   help="output folder (default: <first folder, or the first file's folder>/report)")
+    p.add_argument("--goal", action="append", default=None, help="only runs with this goal (repeatable)")
+    p.add_argument("--algorithm", action="append", default=None, help="only this algorithm (repeatable)")
+    p.add_argument("--data_dir", type=Path, default=None,
+                   help="where dataset folders (config.json) live (default: what each run recorded)")
+    p.add_argument("--recursive", action="store_true", help="also read .h5 files in sub-folders")
+    p.add_argument("--include-incomplete", action="store_true", help="count runs that stopped early")
+    p.add_argument("--heatmap-scale", choices=("count", "fraction"), default="count",
+                   help="conflict colour: pairs in conflict, or that divided by C(uploads, 2)")
+    p.add_argument("--all-heatmaps", action="store_true", help="a heatmap for every run, not every experiment")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.add_argument("--title", default="Benchmark results", help="heading of report.md")
+    return p
+
+
+def write_csv(path: Path, rows: Sequence[Sequence[object]]) -> None:
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+def uploads_text(uploads: np.ndarray) -> str:
+    if len(uploads) == 0:
+        return "?"
+    low, high = int(np.min(uploads)), int(np.max(uploads))
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
+    from utils import plots
+    rows, columns, cells = table_layout(groups)
+    written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "personal": []}
+    panels = {}
+    for column in columns:
+        curves = {r.label: cells[(r, column)].curve() for r in rows if (r, column) in cells}
+        models = sorted({cells[(r, column)].model for r in rows if (r, column) in cells})
+        runs = sorted({len(cells[(r, column)].runs) for r in rows if (r, column) in cells})
+        seeds = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
+        title = f"{column.label}: test accuracy (model {'/'.join(models)}; mean ± std over {seeds} seed(s))"
+        path = out / f"curves_{safe_name(column.dataset)}.png"
+        plots.plot_accuracy_curves(curves, title, path)
+        written["curves"].append(path)
+        panels[column.label] = curves
+    if len(panels) > 1:
+        path = out / "curves.png"
+        plots.plot_accuracy_overview(panels, "Test accuracy per round (mean ± std over seeds)", path)
+        written["curves"].insert(0, path)
+    normalise = args.heatmap_scale == "fraction"
+    for group in groups:
+        with_scores = [r for r in group.runs if r.has_conflicts]
+        if not with_scores:
+            continue
+        label = f"{group.algorithm} on {group.partition.base} {group.partition.label}".strip()
+        for run in with_scores if args.all_heatmaps else with_scores[:1]:
+            a = run.arrays
+            uploads = np.asarray(a.get("lag_num_uploads", np.zeros(0)))
+            seed = run.config.get("seed", "?")
+            title = (f"Per-layer conflict score: {label}\n(run {run.run}, seed {seed}, "
+                     f"{uploads_text(uploads)} clients scored per round, "
+                     f"ξ = {run.config.get('lag_xi', '?')}, K = {run.config.get('lag_top_k', '?')})")
+            path = out / f"heatmap_{safe_name(run.path.stem)}.png"
+            plots.plot_conflict_heatmap([str(n) for n in a["lag_layer_names"]], a["lag_conflict_scores"], title,
+                                        path, personal=a.get("lag_personal"), uploads=uploads, normalise=normalise)
+            written["heatmaps"].append(path)
+        names, mean, std = personal_frequency(with_scores)
+        title = (f"How often each layer was personal: {label}\n"
+                 f"(mean ± std over {len(with_scores)} run(s), K = {with_scores[0].config.get('lag_top_k', '?')})")
+        path = out / f"personal_{safe_name(f'{group.dataset}_{group.algorithm}_{group.goal}')}.png"
+        plots.plot_personal_frequency(names, mean, std, title, path)
+        written["personal"].append(path)
+    return written
+
+
+def report_markdown(title: str, groups: List[Group], left_out, written: Dict[str, List[Path]], out: Path) -> str:
+    lines = [f"# {title}", "",
+             "Test accuracy (%), mean ± std over seeds (population std); best = max over rounds, "
+             "final = last evaluation. Bold: the highest mean of each column. " + seeds_note(groups) + " "
+             + models_note(groups), "",
+             "## Best accuracy", "", markdown_table(groups, "best"), "",
+             "## Final accuracy", "", markdown_table(groups, "final"), ""]
+    if left_out:
+        lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
+    sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
+                ("Personalisation frequency", "personal"))
+    for heading, key in sections:
+        if written.get(key):
+            lines += [f"## {heading}", ""] + [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in written[key]]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from utils.paths import RESULTS_DIR
+    folders = args.folders or [RESULTS_DIR]
+    missing = [f for f in folders if not f.is_dir() and not f.is_file()]
+    if missing:
+        print(f"error: no such folder or file: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    out = args.out or (folders[0] if folders[0].is_dir() else folders[0].parent) / "report"
+    runs, left_out = load_runs(find_runs(folders, args.recursive), goals=args.goal,
+                               include_incomplete=args.include_incomplete)
+    if args.algorithm:
+        runs = [r for r in runs if r.algorithm in args.algorithm]
+    if not runs:
+        print(f"error: no complete runs (.h5) in {', '.join(map(str, folders[:5]))}"
+              + (f" with goal {', '.join(args.goal)}" if args.goal else ""), file=sys.stderr)
+        for path, why in left_out:
+            print(f"  left out {path.name}: {why}", file=sys.stderr)
+        return 1
+    groups = group_runs(runs, args.data_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tables = (f"## Best accuracy (%)\n\n{markdown_table(groups, 'best')}\n\n"
+              f"## Final accuracy (%)\n\n{markdown_table(groups, 'final')}\n\n"
+              f"{seeds_note(groups)} {models_note(groups)}\n")
+    (out / "table.md").write_text(tables)
+    write_csv(out / "table.csv", csv_table(groups))
+    records = summary_rows(groups)
+    write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
+    written = {} if args.no_plots else make_plots(groups, out, args)
+    (out / "report.md").write_text(report_markdown(args.title, groups, left_out, written, out))
+
+    print(tables)
+    for path, why in left_out:
+        print(f"left out {path.name}: {why}")
+    count = 4 + sum(len(v) for v in written.values())
+    print(f"{len(runs)} runs in {len(groups)} experiments -> {count} files in {display_path(out)} "
+          f"(report.md, table.md, table.csv, summary.csv"
+          + (f", {sum(len(v) for v in written.values())} PNG" if written else "") + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Tables and plots of a batch: numbers checked by hand on synthetic .h5 files written with write_results."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import report
+from utils import plots
+from utils.result_utils import (dataset_partition, find_runs, group_runs, load_runs, markdown_table, models_note,
+                                personal_frequency, result_path, run_status, summary_rows, write_results)
+
+# Three seeds of one experiment: best = (0.6, 0.7, 0.8), final = (0.5, 0.7, 0.75).
+# best: mean 0.70, population std sqrt((0.01 + 0 + 0.01) / 3) = 0.0816497
+# final: mean 0.65, population std sqrt((0.0225 + 0.0025 + 0.01) / 3) = 0.1080123
+SEEDS = ([0.10, 0.60, 0.50], [0.20, 0.70, 0.70], [0.30, 0.80, 0.75])
+LAYERS = ["base.conv.weight", "base.conv.bias", "head.weight"]
+SCORES = np.array([[0, 3, 6], [1, 2, 6], [5, 0, 4], [2, 2, 2]])      # rounds x layers
+PERSONAL = np.array([[1, 0, 1], [0, 1, 1], [1, 0, 1], [1, 0, 0]], dtype=bool)
+
+
+def write_run(folder, dataset, algorithm, run, acc, complete=True, goal="g", lag=False, config=None):
+    arrays = {"rs_test_acc": np.asarray(acc), "rs_eval_round": np.arange(len(acc)),
+              "rs_train_loss": np.ones(len(acc))}
+    if lag:
+        arrays.update({"lag_layer_names": np.array(LAYERS), "lag_conflict_scores": SCORES,
+                       "lag_personal": PERSONAL, "lag_num_uploads": np.array([4, 4, 4, 3])})
+    cfg = {"dataset": dataset, "algorithm": algorithm, "goal": goal, "model": "CNN", "seed": run,
+           "lag_xi": 0.0, "lag_top_k": 2, **(config or {})}
+    path = result_path(folder, dataset, algorithm, goal, run)
+    write_results(path, arrays, {"config": cfg, "run": run, "algorithm": algorithm, "dataset": dataset,
+                                 "complete": complete, "rounds_done": len(acc)})
+    return path
+
+
+@pytest.fixture
+def batch(tmp_path):
+    """FedAvg and FedLAG on MNIST Dir(0.1) and Dir(1.0); FedLAG runs carry conflict records."""
+    folder = tmp_path / "results"
+    for i, acc in enumerate(SEEDS):
+        write_run(folder, "MNIST-dir0.1", "FedAvg", i, acc)
+        write_run(folder, "MNIST-dir0.1", "FedLAG", i, [a + 0.1 for a in acc], lag=True)
+    write_run(folder, "MNIST-dir1.0", "FedAvg", 0, [0.2, 0.4])
+    write_run(folder, "MNIST-dir1.0", "FedLAG", 0, [0.2, 0.3])
+    write_run(folder, "MNIST-dir0.1", "FedAvg", 3, [0.9, 0.99], complete=False)  # diverged: left out
+    return folder
+
+
+def test_table_numbers_equal_a_hand_computation(batch):
+    runs, left_out = load_runs(find_runs([batch]))
+    assert [p.name for p, _ in left_out] == ["MNIST-dir0.1_FedAvg_g_3.h5"]
+    records = {(r["algorithm"], r["dataset"]): r for r in summary_rows(group_runs(runs))}
+    avg = records[("FedAvg", "MNIST-dir0.1")]
+    assert avg["runs"] == 3 and avg["run_ids"] == "0 1 2" and avg["partition"] == "dir0.1"
+    assert avg["best_mean"] == pytest.approx(0.70) and avg["best_std"] == pytest.approx(0.0816497, abs=1e-7)
+    assert avg["final_mean"] == pytest.approx(0.65) and avg["final_std"] == pytest.approx(0.1080123, abs=1e-7)
+    lag = records[("FedLAG", "MNIST-dir0.1")]
+    assert lag["best_mean"] == pytest.approx(0.80) and lag["final_mean"] == pytest.approx(0.75)
+    one = records[("FedAvg", "MNIST-dir1.0")]
+    assert (one["best_mean"], one["best_std"], one["final_mean"]) == (pytest.approx(0.4), 0.0, pytest.approx(0.4))
+
+
+def test_markdown_is_table1_layout_with_the_best_in_bold(batch):
+    runs, _ = load_runs(find_runs([batch]))
+    lines = markdown_table(group_runs(runs), "best").splitlines()
+    assert lines[0] == "| method | MNIST Dir(0.1) | MNIST Dir(1) |"
+    assert lines[2] == "| FedLAG | **80.00 ± 8.16** | 30.00 ± 0.00 |"
+    assert lines[3] == "| FedAvg | 70.00 ± 8.16 | **40.00 ± 0.00** |"
+    final = markdown_table(group_runs(runs), "final").splitlines()
+    assert final[3] == "| FedAvg | 65.00 ± 10.80 | **40.00 ± 0.00** |"
+
+
+def test_partition_comes_from_the_dataset_config_when_there_is_one(tmp_path):
+    data = tmp_path / "data"
+    (data / "c10small").mkdir(parents=True)
+    (data / "c10small" / "config.json").write_text(json.dumps(
+        {"non_iid": True, "partition": "pat", "class_per_client": 3, "source": "Cifar10"}))
+    part = dataset_partition("c10small", data)
+    assert (part.key, part.label) == ("pat3", "Pat(3)")
+    (data / "Cifar10-dir0.5").mkdir()
+    (data / "Cifar10-dir0.5" / "config.json").write_text(json.dumps(
+        {"non_iid": False, "partition": "iid", "source": "Cifar10"}))
+    part = dataset_partition("Cifar10-dir0.5", data)  # the config wins over the name
+    assert (part.base, part.key, part.label) == ("Cifar10", "iid", "IID")
+    assert dataset_partition("Toy", data).key == ""   # neither: the folder name is the column
+
+
+def test_report_command_writes_tables_and_plots(batch, tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert report.main([str(batch), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| FedAvg | 70.00 ± 8.16 |" in printed and "left out MNIST-dir0.1_FedAvg_g_3.h5" in printed
+    rows = list(csv.reader(open(out / "table.csv")))
+    assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(1) best",
+                       "MNIST Dir(1) final"]
+    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "40.00 ± 0.00", "40.00 ± 0.00"]
+    summary = list(csv.DictReader(open(out / "summary.csv")))
+    assert float(summary[1]["final_std"]) == pytest.approx(0.1080123, abs=1e-7)
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    # curves per dataset and side by side; one heatmap (first seed) and one frequency plot for FedLAG only
+    assert pngs == ["curves.png", "curves_MNIST-dir0.1.png", "curves_MNIST-dir1.0.png",
+                    "heatmap_MNIST-dir0.1_FedLAG_g_0.png", "personal_MNIST-dir0.1_FedLAG_g.png"]
+    page = (out / "report.md").read_text()
+    assert "![curves](curves.png)" in page and "Runs left out" in page
+    assert report.main([str(batch), "-o", str(out / "all"), "--all-heatmaps", "--goal", "g"]) == 0
+    assert len(list((out / "all").glob("heatmap_*.png"))) == 3
+    assert report.main([str(batch), "-o", str(out / "none"), "--goal", "other"]) == 1
+
+
+def test_heatmap_is_layers_by_rounds_with_labels():
+    fig = plots.plot_conflict_heatmap(LAYERS, SCORES, "conflicts", personal=PERSONAL)
+    ax = fig.axes[0]
+    image = ax.images[0].get_array()
+    assert image.shape == (3, 4)                           # layers x rounds
+    assert np.array_equal(np.asarray(image), SCORES.T)
+    assert [t.get_text() for t in ax.get_yticklabels()] == LAYERS
+    assert ax.get_xlabel().startswith("round") and "layer" in ax.get_ylabel()
+    assert ax.get_title() == "conflicts"
+    assert "conflicting client pairs" in fig.axes[1].get_ylabel()  # the colour bar
+    marks = ax.collections[0].get_offsets()
+    assert sorted(map(tuple, np.asarray(marks).tolist())) == sorted(
+        (float(r), float(l)) for r, l in zip(*np.nonzero(PERSONAL)))
+
+
+def test_heatmap_normalised_by_client_pairs():
+    fig = plots.plot_conflict_heatmap(LAYERS, SCORES, "t", uploads=np.array([4, 4, 4, 3]), normalise=True)
+    pairs = np.array([6, 6, 6, 3])
+    assert np.allclose(np.asarray(fig.axes[0].images[0].get_array()), SCORES.T / pairs)
+    assert fig.axes[1].get_ylabel() == "fraction of client pairs in conflict"
+    with pytest.raises(ValueError):
+        plots.plot_conflict_heatmap(LAYERS[:2], SCORES, "t")
+
+
+def test_personal_frequency_and_curves(batch):
+    runs, _ = load_runs(find_runs([batch]))
+    lag = [r for r in runs if r.algorithm == "FedLAG" and r.dataset == "MNIST-dir0.1"]
+    names, mean, std = personal_frequency(lag)
+    assert names == LAYERS and np.allclose(mean, [0.75, 0.25, 0.75]) and np.allclose(std, 0)
+    fig = plots.plot_personal_frequency(names, mean, std, "t")
+    assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([0.75, 0.25, 0.75])
+    group = next(g for g in group_runs(runs) if g.algorithm == "FedAvg" and g.dataset == "MNIST-dir0.1")
+    rounds, mean, std, count = group.curve()
+    assert rounds.tolist() == [0, 1, 2] and count.tolist() == [3, 3, 3]
+    assert np.allclose(mean, [0.2, 0.7, 0.65]) and np.allclose(std[0], np.std([0.1, 0.2, 0.3]))
+    fig = plots.plot_accuracy_curves({"FedAvg": group.curve(), "FedAvg+LAG": group.curve()}, "t")
+    ax = fig.axes[0]
+    assert [line.get_linestyle() for line in ax.lines] == ["-", "--"]   # X+LAG dashed, X's colour
+    assert ax.lines[0].get_color() == ax.lines[1].get_color()
+    assert np.allclose(ax.lines[0].get_ydata(), [20, 70, 65]) and len(ax.collections) == 2  # std shaded
+
+
+def test_run_status(batch):
+    argv = ["-algo", "FedAvg", "-data", "MNIST-dir0.1", "-go", "g", "-m", "CNN", "-pv", "1", "-t", "2"]
+    assert run_status(batch / "MNIST-dir0.1_FedAvg_g_1.h5", argv) == "complete"
+    assert run_status(batch / "MNIST-dir0.1_FedAvg_g_1.h5", argv + ["-m", "DNN"]) == "stale"
+    assert run_status(batch / "MNIST-dir0.1_FedAvg_g_3.h5", argv) == "incomplete"
+    assert run_status(batch / "MNIST-dir0.1_FedAvg_g_7.h5", argv) == "missing"
+
+
+def test_one_row_per_algorithm_when_goals_only_differ_by_dataset(tmp_path):
+    # The paper driver runs MNIST with goal paper-DNN and CIFAR-10 with paper-CNN: still one row each.
+    for algorithm in ("FedAvg", "FedLAG"):
+        write_run(tmp_path, "MNIST-dir0.1", algorithm, 0, [0.5], goal="paper-DNN", config={"model": "DNN"})
+        write_run(tmp_path, "Cifar10-dir0.1", algorithm, 0, [0.3], goal="paper-CNN")
+    runs, _ = load_runs(find_runs([tmp_path]))
+    lines = markdown_table(group_runs(runs)).splitlines()
+    assert lines[0] == "| method | MNIST Dir(0.1) | Cifar10 Dir(0.1) |" and len(lines) == 4   # the paper's order
+    assert lines[3] == "| FedAvg | **50.00 ± 0.00** | **30.00 ± 0.00** |"
+    assert models_note(group_runs(runs)) == "Models: MNIST Dir(0.1): DNN; Cifar10 Dir(0.1): CNN."
+    write_run(tmp_path, "MNIST-dir0.1", "FedAvg", 0, [0.6], goal="other")   # now a cell has two goals
+    runs, _ = load_runs(find_runs([tmp_path]))
+    labels = [line.split(" | ")[0][2:] for line in markdown_table(group_runs(runs)).splitlines()[2:]]
+    assert labels == ["FedAvg (other)", "FedLAG (paper-CNN)", "FedAvg (paper-CNN)", "FedLAG (paper-DNN)",
+                      "FedAvg (paper-DNN)"]
