@@ -1,7 +1,7 @@
 """Turn a folder of run files (``.h5``) into the paper-style table and figures::
 
     python system/report.py results/                      # writes results/report/
-    python system/report.py results/ -o /tmp/rep --goal quick-CNN --heatmap-scale fraction
+    python system/report.py results/ -o my-report --goal quick-CNN --heatmap-scale fraction
 
 Runs with the same (dataset, algorithm, goal) are the seeds of one experiment. Written to the output
 folder (default ``<first folder>/report``):
