@@ -13,9 +13,9 @@ import argparse
 import math
 from typing import List, Optional, Sequence
 
-LAG_SCHEDULES = ("every_round", "warmup")
-LAG_GRANULARITIES = ("tensor", "module")
-LAG_SIGNALS = ("delta", "last_batch")
+from flcore.lag.conflict import GRANULARITIES as LAG_GRANULARITIES
+from flcore.lag.mixin import SCHEDULES as LAG_SCHEDULES
+from flcore.lag.mixin import SIGNALS as LAG_SIGNALS
 
 
 def str2bool(value: str) -> bool:
