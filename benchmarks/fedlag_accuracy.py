@@ -86,9 +86,14 @@ def main() -> None:
                 goal = f"{schedule}-k{k}"
                 run(dataset, "FedLAG", goal, opts.rounds, 1, opts.out, "--lag_schedule", schedule,
                     "--lag_top_k", str(k))
-                sweep.append(f"| {schedule} | {k} | {summary(dataset, 'FedLAG', goal, 1, opts.out)} |")
-        print(f"\nFedLAG on {dataset}, seed 0: schedule x K (warm-up W = min(gr // 2, 30))\n")
-        print("| schedule | K | best | final | s/round |\n|---|---|---|---|---|")
+                sweep.append(f"| {schedule} | tensor | {k} | {summary(dataset, 'FedLAG', goal, 1, opts.out)} |")
+            # Module granularity scores a layer's weight and bias together: the fix for bias-only picks.
+            goal = f"{schedule}-module-k2"
+            run(dataset, "FedLAG", goal, opts.rounds, 1, opts.out, "--lag_schedule", schedule,
+                "--lag_top_k", "2", "--lag_granularity", "module")
+            sweep.append(f"| {schedule} | module | 2 | {summary(dataset, 'FedLAG', goal, 1, opts.out)} |")
+        print(f"\nFedLAG on {dataset}, seed 0: schedule x granularity x K (warm-up W = min(gr // 2, 30))\n")
+        print("| schedule | granularity | K | best | final | s/round |\n|---|---|---|---|---|---|")
         print("\n".join(sweep))
 
 

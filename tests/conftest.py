@@ -88,6 +88,22 @@ def play_round(server):
     server.aggregate_parameters()
 
 
+def original_and_restored_twin(data_dir: Path, tmp_path: Path, *flags: str, rounds_before: int = 1):
+    """A server after ``rounds_before`` rounds, and a twin built with another seed that loads its state
+    through ``torch.save``/``torch.load(weights_only=True)`` as a checkpoint does; then one more round
+    each. A faithful state export leaves the two bit-identical."""
+    import torch
+    original = server_for(data_dir, tmp_path, *flags)
+    for _ in range(rounds_before):
+        play_round(original)
+    torch.save(original.get_state(), tmp_path / "state.pt")
+    twin = server_for(data_dir, tmp_path, *flags, "--seed", "7")
+    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
+    play_round(original)
+    play_round(twin)
+    return original, twin
+
+
 def perturb_all_clients(server) -> None:
     """Give every client (participant or not) floating-point tensors of its own."""
     import torch

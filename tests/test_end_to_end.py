@@ -24,3 +24,4 @@ def test_two_rounds_on_digits_from_root_and_from_system(tmp_path):
     assert len(a["rs_test_acc"]) == 3 and len(a["rs_test_auc"]) == 3 and len(a["rs_round_time"]) == 3
     assert np.array_equal(a["rs_test_acc"], b["rs_test_acc"])  # the working directory changes nothing
     assert attrs["config"]["algorithm"] == "FedAvg" and attrs["config"]["num_clients"] == 20
+    assert attrs["config"]["results_dir"] == str(results)  # outside the repository: kept as given

@@ -7,7 +7,7 @@ from flcore.aggregation import named_tensors, sample_weights
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
 from utils.seeding import client_generator
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
 
 
 def test_bias_is_personal_and_enters_the_prediction(data_dir, tmp_path):
@@ -89,14 +89,7 @@ def test_feddbe_plus_lag_keeps_the_feature_bias_private(data_dir, tmp_path):
 
 
 def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
-    original = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5", "-klw", "1.0")
-    play_round(original)
-    twin = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5", "-klw", "1.0", "--seed", "7")
-    assert not torch.equal(twin.global_feature_mean, original.global_feature_mean)
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))  # as a checkpoint does
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5", "-klw", "1.0")
     for a, b in zip(original.clients, twin.clients):
         assert torch.equal(a.feature_bias.bias, b.feature_bias.bias)
         assert state_equal(named_tensors(a.model), named_tensors(b.model))

@@ -7,7 +7,7 @@ import torch
 
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal
 
 
 def test_server_step_matches_the_paper_update_over_two_rounds(data_dir, tmp_path):
@@ -84,13 +84,7 @@ def test_short_run_records_results_and_keeps_server_state(data_dir, tmp_path):
 
 def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
     flags = ("-algo", "FedDyn", "-al", "0.1", "-jr", "0.5")
-    original = server_for(data_dir, tmp_path, *flags)
-    play_round(original)
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin = server_for(data_dir, tmp_path, *flags, "--seed", "7")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, *flags)
     assert state_equal(dict(original.global_model.named_parameters()), dict(twin.global_model.named_parameters()))
     assert state_equal(original.server_state, twin.server_state)
     for a, b in zip(original.clients, twin.clients):

@@ -9,7 +9,7 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientfomo import fomo_weights
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for
 
 
 def test_weight_formula_on_a_hand_made_case():
@@ -93,14 +93,8 @@ def test_server_sends_the_top_m_by_affinity_and_adds_the_raw_weights_to_it(data_
 
 
 def test_state_survives_export_and_import(data_dir, tmp_path):
-    original = server_for(data_dir, tmp_path, "-algo", "FedFomo", "-jr", "0.5")
-    play_round(original)
-    play_round(original)
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin = server_for(data_dir, tmp_path, "-algo", "FedFomo", "-jr", "0.5", "--seed", "7")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "FedFomo", "-jr", "0.5",
+                                                rounds_before=2)
     assert np.array_equal(original.affinity, twin.affinity)
     for a, b in zip(original.clients, twin.clients):
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))

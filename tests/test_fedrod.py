@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.clients.clientrod import balanced_softmax_loss
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
 
 
 def test_balanced_softmax_loss_matches_a_hand_computation():
@@ -85,13 +85,7 @@ def test_fedrod_plus_lag_keeps_the_personal_head_private(data_dir, tmp_path):
 
 
 def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
-    original = server_for(data_dir, tmp_path, "-algo", "FedROD", "-jr", "0.5")
-    play_round(original)
-    twin = server_for(data_dir, tmp_path, "-algo", "FedROD", "-jr", "0.5", "--seed", "7")
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))  # as a checkpoint does
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "FedROD", "-jr", "0.5")
     for a, b in zip(original.clients, twin.clients):
         assert state_equal(named_tensors(a.personal_head), named_tensors(b.personal_head))
         assert state_equal(named_tensors(a.model), named_tensors(b.model))

@@ -10,7 +10,7 @@ from flcore.aggregation import named_tensors
 from flcore.clients.clientmoon import model_contrastive_loss
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
 
 
 def test_contrastive_loss_matches_a_hand_computation():
@@ -89,13 +89,7 @@ def test_short_runs_zero_mu_is_fedavg_and_the_contrast_acts_once_previous_differ
 
 def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
     flags = ("-algo", "MOON", "-mu", "1", "-jr", "0.5")
-    original = server_for(data_dir, tmp_path, *flags)
-    play_round(original)
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin = server_for(data_dir, tmp_path, *flags, "--seed", "7")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, *flags)
     assert state_equal(named_tensors(original.global_model), named_tensors(twin.global_model))
     for a, b in zip(original.clients, twin.clients):
         assert state_equal(named_tensors(a.previous_base), named_tensors(b.previous_base)), a.id

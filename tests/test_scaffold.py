@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal
 
 
 def random_like(tensors, generator, scale=0.1):
@@ -91,13 +91,7 @@ def test_short_run_keeps_c_the_mean_of_all_client_controls_and_new_clients_fine_
 
 def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
     flags = ("-algo", "SCAFFOLD", "-jr", "0.5")
-    original = server_for(data_dir, tmp_path, *flags)
-    play_round(original)
-    torch.save(original.get_state(), tmp_path / "state.pt")
-    twin = server_for(data_dir, tmp_path, *flags, "--seed", "7")
-    twin.set_state(torch.load(tmp_path / "state.pt", weights_only=True))
-    play_round(original)
-    play_round(twin)
+    original, twin = original_and_restored_twin(data_dir, tmp_path, *flags)
     assert state_equal(dict(original.global_model.named_parameters()), dict(twin.global_model.named_parameters()))
     assert state_equal(original.control, twin.control)
     for a, b in zip(original.clients, twin.clients):

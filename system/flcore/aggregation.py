@@ -20,6 +20,11 @@ def named_tensors(module: nn.Module) -> State:
     return state
 
 
+def zeros_like_parameters(module: nn.Module) -> State:
+    """A zero tensor per named parameter of ``module``: the start of control variates and drift sums."""
+    return {name: torch.zeros_like(param) for name, param in module.named_parameters()}
+
+
 def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float],
                      names: Iterable[str] | None = None) -> State:
     """``sum_i weights[i] * states[i][name]`` for every floating-point tensor.

@@ -23,3 +23,19 @@ def display_path(path: Path) -> str:
         return str(Path(path).resolve().relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
+
+
+# Flags holding locations: recorded relative to the repository so that committed results name no machine.
+LOCATION_FLAGS = ("data_dir", "results_dir")
+
+
+def portable_config(config: dict) -> dict:
+    """``config`` with its location flags made relative to the repository when they lie inside it."""
+    return {key: display_path(value) if key in LOCATION_FLAGS and value else value
+            for key, value in config.items()}
+
+
+def recorded_location(value: str) -> Path:
+    """A location recorded by ``portable_config``, resolved again (relative ones are under the repository)."""
+    path = Path(value)
+    return path if path.is_absolute() else REPO_ROOT / path

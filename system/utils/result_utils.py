@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import h5py
 import numpy as np
 
-from utils.paths import make_importable
+from utils.paths import make_importable, recorded_location
 
 make_importable()
 from dataset.utils.atomic_io import atomic_path  # noqa: E402
@@ -289,7 +289,8 @@ def group_runs(runs: Sequence[Run], data_dir: Optional[object] = None) -> List[G
     for run in runs:
         key = (run.dataset, run.algorithm, run.goal)
         if key not in groups:
-            where = data_dir if data_dir is not None else run.config.get("data_dir")
+            recorded = run.config.get("data_dir")
+            where = data_dir if data_dir is not None else (recorded_location(recorded) if recorded else None)
             groups[key] = Group(run.dataset, run.algorithm, run.goal, dataset_partition(run.dataset, where))
         groups[key].runs.append(run)
     for group in groups.values():

@@ -13,6 +13,7 @@ from typing import Dict
 
 import torch
 
+from flcore.aggregation import zeros_like_parameters
 from flcore.clients.received import ReceivedModelClient, squared_distance
 
 
@@ -22,8 +23,7 @@ class clientDyn(ReceivedModelClient):
     def __init__(self, args, *rest, **kwargs):
         super().__init__(args, *rest, **kwargs)
         self.alpha = float(args.alpha)
-        self.previous_gradient: Dict[str, torch.Tensor] = {
-            name: torch.zeros_like(param) for name, param in self.model.named_parameters()}
+        self.previous_gradient: Dict[str, torch.Tensor] = zeros_like_parameters(self.model)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.loss(self.model(x), y) + self.dynamic_regulariser()

@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from flcore.aggregation import zeros_like_parameters
 from flcore.clients.received import ReceivedModelClient
 
 Controls = Dict[str, torch.Tensor]
@@ -34,7 +35,7 @@ class clientSCAFFOLD(ReceivedModelClient):
         self._corrections: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
 
     def _zeros(self) -> Controls:
-        return {name: torch.zeros_like(param) for name, param in self.model.named_parameters()}
+        return zeros_like_parameters(self.model)
 
     @torch.no_grad()
     def receive_control(self, server_control: Mapping[str, torch.Tensor]) -> None:

@@ -29,7 +29,7 @@ from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differe
                               load_latest_checkpoint, remove_checkpoints, save_checkpoint, set_global_rng_state)
 from utils.data_utils import DatasetError, DatasetInfo, load_client_data
 from utils.metrics import Summary, summarize
-from utils.paths import RESULTS_DIR, display_path
+from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils.progress import RoundReporter
 from utils.result_utils import result_path, write_results
 from utils.seeding import sampler_rng
@@ -286,7 +286,7 @@ class Server:
         return {name: np.asarray(values) for name, values in self.history.items()}
 
     def result_attrs(self) -> Dict[str, object]:
-        return {"config": vars(self.args), "run": self.times, "algorithm": self.algorithm,
+        return {"config": portable_config(vars(self.args)), "run": self.times, "algorithm": self.algorithm,
                 "dataset": self.dataset, "rounds_done": len(self.history["rs_round_time"])}
 
     def results_file(self) -> Path:

@@ -14,7 +14,7 @@ from typing import Dict
 
 import torch
 
-from flcore.aggregation import copy_into, named_tensors
+from flcore.aggregation import copy_into, named_tensors, zeros_like_parameters
 from flcore.clients.clientdyn import clientDyn
 from flcore.servers.serverbase import ConfigError, Server
 
@@ -30,8 +30,7 @@ class FedDyn(Server):
         super().__init__(args, *rest, **kwargs)
         self.alpha = float(args.alpha)
         # The paper's h: -alpha/N times the sum of every drift w_k - w_global uploaded so far.
-        self.server_state: Dict[str, torch.Tensor] = {
-            name: torch.zeros_like(param) for name, param in self.global_shared_module().named_parameters()}
+        self.server_state: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
 
     @torch.no_grad()
     def aggregate_parameters(self) -> None:

@@ -14,7 +14,7 @@ from typing import Dict, List
 
 import torch
 
-from flcore.aggregation import copy_into, named_tensors, weighted_average
+from flcore.aggregation import copy_into, named_tensors, weighted_average, zeros_like_parameters
 from flcore.clients.clientscaffold import clientSCAFFOLD
 from flcore.servers.serverbase import ConfigError, Server
 
@@ -29,8 +29,7 @@ class SCAFFOLD(Server):
                               f"got {args.server_learning_rate}")
         super().__init__(args, *rest, **kwargs)
         self.server_learning_rate = float(args.server_learning_rate)
-        self.control: Dict[str, torch.Tensor] = {
-            name: torch.zeros_like(param) for name, param in self.global_shared_module().named_parameters()}
+        self.control: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
         self.uploaded_control_deltas: List[Dict[str, torch.Tensor]] = []
 
     def send_models(self) -> None:
