@@ -28,7 +28,7 @@ import csv
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -78,6 +78,23 @@ def uploads_text(uploads: np.ndarray) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
+def overview_panels(panels: Dict[str, Dict[str, object]], limit: int) -> Tuple[Dict[str, Dict[str, object]], str]:
+    """The side-by-side overview's panels. More than ``limit`` algorithms (X and X+LAG counted once) would
+    bury every line: then only the algorithms run on every dataset are kept (the note says so), and no
+    overview is drawn when those are still too many."""
+    def count(names) -> int:
+        return len({n[:-4] if n.endswith("+LAG") else n for n in names})
+
+    names = [n for curves in panels.values() for n in curves]
+    if count(names) <= limit:
+        return panels, ""
+    common = [n for n in dict.fromkeys(names) if all(n in curves for curves in panels.values())]
+    if not common or count(common) > limit:
+        return {}, ""  # the per-dataset figures (small multiples) carry it
+    return ({label: {n: curves[n] for n in common} for label, curves in panels.items()},
+            ": the algorithms run on every dataset")
+
+
 def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
     from utils import plots
     rows, columns, cells = table_layout(groups)
@@ -93,9 +110,10 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
         plots.plot_accuracy_curves(curves, title, path)
         written["curves"].append(path)
         panels[column.label] = curves
-    if len(panels) > 1:
+    overview, note = overview_panels(panels, plots.PANEL_LIMIT)
+    if len(overview) > 1:
         path = out / "curves.png"
-        plots.plot_accuracy_overview(panels, "Test accuracy per round (mean ± std over seeds)", path)
+        plots.plot_accuracy_overview(overview, f"Test accuracy per round (mean ± std over seeds){note}", path)
         written["curves"].insert(0, path)
     normalise = args.heatmap_scale == "fraction"
     for group in groups:

@@ -172,3 +172,37 @@ def test_one_row_per_algorithm_when_goals_only_differ_by_dataset(tmp_path):
     labels = [line.split(" | ")[0][2:] for line in markdown_table(group_runs(runs)).splitlines()[2:]]
     assert labels == ["FedAvg (other)", "FedLAG (paper-CNN)", "FedAvg (paper-CNN)", "FedLAG (paper-DNN)",
                       "FedAvg (paper-DNN)"]
+
+
+def constant_curve(level: float):
+    """A 3-point curve at ``level`` (fraction), one run, no spread."""
+    return np.arange(3), np.full(3, level), np.zeros(3), np.ones(3)
+
+
+def test_a_large_grid_becomes_one_panel_per_algorithm_with_the_references_in_each():
+    bases = [f"Algo{i}" for i in range(plots.PANEL_LIMIT + 1)]
+    curves = {"FedAvg": constant_curve(0.1), "FedLAG": constant_curve(0.2)}
+    for i, base in enumerate(bases):
+        curves[base] = constant_curve(0.3 + 0.05 * i)
+        curves[base + "+LAG"] = constant_curve(0.31 + 0.05 * i)
+    fig = plots.plot_accuracy_curves(curves, "t")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == bases          # FedAvg and FedLAG get no panel of their own
+    last = panels[-1]
+    levels = [line.get_ydata()[0] for line in last.lines]
+    assert levels == pytest.approx([10, 20, 100 * (0.3 + 0.05 * 8), 100 * (0.31 + 0.05 * 8)])  # refs, X, X+LAG
+    assert [line.get_linestyle() for line in last.lines][2:] == ["-", "--"]   # X solid, X+LAG dashed
+    assert last.get_ylim() == (0, 100)                           # one scale for every panel
+    small = plots.plot_accuracy_curves({b: curves[b] for b in bases[:plots.PANEL_LIMIT]}, "t")
+    assert len(small.axes) == 1                                  # up to the limit: one axes
+
+
+def test_the_overview_keeps_the_algorithms_of_every_dataset_when_the_grid_is_large():
+    wide = {f"A{i}": constant_curve(0.5) for i in range(5)}
+    panels = {"MNIST": {**wide, "FedAvg": constant_curve(0.1)}, "Cifar10": {"FedAvg": constant_curve(0.1),
+                                                                           "A0": constant_curve(0.2)}}
+    assert report.overview_panels(panels, limit=6) == (panels, "")            # 6 algorithms: all drawn
+    kept, note = report.overview_panels(panels, limit=4)
+    assert {label: sorted(curves) for label, curves in kept.items()} == {"MNIST": ["A0", "FedAvg"],
+                                                                          "Cifar10": ["A0", "FedAvg"]}
+    assert note and report.overview_panels(panels, limit=1) == ({}, "")     # still too many: none

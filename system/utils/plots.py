@@ -1,7 +1,8 @@
 """Figures of a batch of runs (matplotlib, Agg backend: no display needed).
 
 * :func:`plot_accuracy_curves`: test accuracy against round, one line per algorithm, the spread over
-  seeds shaded (mean +- std); ``X+LAG`` is drawn dashed in ``X``'s colour.
+  seeds shaded (mean +- std); ``X+LAG`` is drawn dashed in ``X``'s colour. A large grid becomes small
+  multiples, one panel per algorithm with FedAvg and FedLAG as references.
 * :func:`plot_conflict_heatmap`: FedLAG's per-layer conflict score over rounds, layers x rounds (the
   paper's Fig. 2b), with the layers chosen as personal marked.
 * :func:`plot_personal_frequency`: the fraction of rounds each layer was kept personal.
@@ -79,18 +80,58 @@ def draw_accuracy_curves(ax, curves: Dict[str, Curve], styles: Optional[Dict[str
     ax.grid(True, alpha=0.3)
 
 
+# Beyond this many algorithms (X and X+LAG counted once) one axes is unreadable: small multiples instead.
+PANEL_LIMIT = 8
+# Drawn in every small-multiple panel, so each method is read against them.
+REFERENCES = ("FedAvg", "FedLAG")
+REFERENCE_STYLES = {"FedAvg": {"color": "0.6", "linestyle": "-", "linewidth": 1.1},
+                    "FedLAG": {"color": "black", "linestyle": "-", "linewidth": 1.3}}
+
+
 def plot_accuracy_curves(curves: Dict[str, Curve], title: str, path: Optional[Path] = None) -> Figure:
-    """One line per algorithm: mean test accuracy over seeds against round, +- std shaded."""
-    many = len(curves) > 8
-    ncol = 1 if len(curves) <= 24 else 2
-    rows = int(np.ceil(len(curves) / ncol))
-    size = (8.5 + 2.3 * ncol, max(5.0, 0.2 * rows + 0.9)) if many else (8.5, 5.0)
-    fig, ax = plt.subplots(figsize=size)
+    """One line per algorithm: mean test accuracy over seeds against round, +- std shaded.
+
+    More than ``PANEL_LIMIT`` algorithms are drawn as small multiples (:func:`plot_accuracy_panels`).
+    """
+    if len({_base(n) for n in curves if n not in REFERENCES}) > PANEL_LIMIT:
+        return plot_accuracy_panels(curves, title, path)
+    fig, ax = plt.subplots(figsize=(8.5, 5.0) if len(curves) <= 8 else (10.5, 5.5))
     draw_accuracy_curves(ax, curves)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left" if many else "best", ncol=ncol,
-              bbox_to_anchor=(1.01, 1.0) if many else None, frameon=True)
+    many = len(curves) > 8
+    ax.legend(fontsize=8, loc="upper left" if many else "best", bbox_to_anchor=(1.01, 1.0) if many else None)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_accuracy_panels(curves: Dict[str, Curve], title: str, path: Optional[Path] = None) -> Figure:
+    """Small multiples: one panel per algorithm X holding X (solid) and X+LAG (dashed), with FedAvg
+    (grey) and FedLAG (black) repeated in every panel as references; shared axes."""
+    references = {n: curves[n] for n in REFERENCES if n in curves}
+    panels: Dict[str, Dict[str, Curve]] = {}
+    for name, curve in curves.items():
+        if name not in references:
+            panels.setdefault(_base(name), {})[name] = curve
+    cols = min(6, len(panels))
+    rows = int(np.ceil(len(panels) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(2.7 * cols, 2.1 * rows + 1.0), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, (base, own) in zip(axes.flat, panels.items()):
+        styles = dict(REFERENCE_STYLES)
+        styles.update({n: {"color": "tab:blue", "linestyle": "--" if n.endswith("+LAG") else "-", "linewidth": 1.7}
+                       for n in own})
+        draw_accuracy_curves(ax, {**references, **own}, styles)
+        ax.set_title(base, fontsize=9)
+        ax.set_ylim(0, 100)
+        ax.label_outer()
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], color="tab:blue", linewidth=1.7), plt.Line2D([], [], color="tab:blue",
+               linestyle="--", linewidth=1.7)] + [plt.Line2D([], [], **REFERENCE_STYLES[n]) for n in references]
+    fig.legend(handles, ["X (panel title)", "X+LAG"] + list(references), loc="lower center",
+               ncol=len(handles), fontsize=9, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.45 / fig.get_size_inches()[1], 1, 1))
     return _save(fig, path)
 
 
