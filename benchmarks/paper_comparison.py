@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "system"))
 
-from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_composable  # noqa: E402
+from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base, lag_composable  # noqa: E402
 
 DATASETS = {  # name -> (source file, model)
     "MNIST": (REPO.parent / "shared" / "data" / "mnist-70k.npz", "DNN"),
@@ -177,7 +177,7 @@ def write_grid(path: Path, args, dataset: str, algorithms: list[str]) -> None:
         f"source:     {dataset}={os.path.relpath(source, REPO)}\n"
         f"args:       -lbs {args.batch_size} -lr {args.lr} -ls {args.local_epochs} -eg {args.eval_gap}{extra}\n"
         + "".join(f"args.{name}: {flags}\n" for name, flags in algorithm_flags(args).items()
-                  if name in {a[:-len(LAG_SUFFIX)] if a.endswith(LAG_SUFFIX) else a for a in algorithms}))
+                  if name in {lag_base(a) for a in algorithms}))
 
 
 
@@ -254,7 +254,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or "?"
     dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-    bases = {a[:-len(LAG_SUFFIX)] if a.endswith(LAG_SUFFIX) else a for a in algorithms}
+    bases = {lag_base(a) for a in algorithms}
     per_algorithm = "; ".join(f"{k} {v}" for k, v in algorithm_flags(args).items() if k in bases)
     (out / "COMMAND.md").write_text(
         "# How these results were made\n\n"

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
+from flcore.registry import lag_base  # noqa: E402
 from utils.paths import display_path  # noqa: E402
 from utils.result_utils import (SUMMARY_FIELDS, Group, csv_table, find_runs, group_runs,  # noqa: E402
                                 load_runs, markdown_table, models_note, personal_frequency, seeds_note,
@@ -83,7 +84,7 @@ def overview_panels(panels: Dict[str, Dict[str, object]], limit: int) -> Tuple[D
     bury every line: then only the algorithms run on every dataset are kept (the note says so), and no
     overview is drawn when those are still too many."""
     def count(names) -> int:
-        return len({n[:-4] if n.endswith("+LAG") else n for n in names})
+        return len({lag_base(n) for n in names})
 
     names = [n for curves in panels.values() for n in curves]
     if count(names) <= limit:
@@ -141,13 +142,17 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
     return written
 
 
-def report_markdown(title: str, groups: List[Group], left_out, written: Dict[str, List[Path]], out: Path) -> str:
+def tables_markdown(groups: List[Group]) -> str:
+    """Best and final accuracy tables, with how many seeds and which models they hold."""
+    return (f"## Best accuracy (%)\n\n{markdown_table(groups, 'best')}\n\n"
+            f"## Final accuracy (%)\n\n{markdown_table(groups, 'final')}\n\n"
+            f"{seeds_note(groups)} {models_note(groups)}\n")
+
+
+def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[Path]], out: Path) -> str:
     lines = [f"# {title}", "",
              "Test accuracy (%), mean ± std over seeds (population std); best = max over rounds, "
-             "final = last evaluation. Bold: the highest mean of each column. " + seeds_note(groups) + " "
-             + models_note(groups), "",
-             "## Best accuracy", "", markdown_table(groups, "best"), "",
-             "## Final accuracy", "", markdown_table(groups, "final"), ""]
+             "final = last evaluation. Bold: the highest mean of each column.", "", tables]
     if left_out:
         lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
     sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
@@ -181,15 +186,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     groups = group_runs(runs, args.data_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    tables = (f"## Best accuracy (%)\n\n{markdown_table(groups, 'best')}\n\n"
-              f"## Final accuracy (%)\n\n{markdown_table(groups, 'final')}\n\n"
-              f"{seeds_note(groups)} {models_note(groups)}\n")
+    tables = tables_markdown(groups)
     (out / "table.md").write_text(tables)
     write_csv(out / "table.csv", csv_table(groups))
     records = summary_rows(groups)
     write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
     written = {} if args.no_plots else make_plots(groups, out, args)
-    (out / "report.md").write_text(report_markdown(args.title, groups, left_out, written, out))
+    (out / "report.md").write_text(report_markdown(args.title, tables, left_out, written, out))
 
     print(tables)
     for path, why in left_out:

@@ -40,6 +40,7 @@ def _prepare(msg: Message, context: Context):
     """Steps 1-3 of the module docstring: a client holding the broadcast plus its own personal layers."""
     client = task.build_client(context)  # puts the project on sys.path first
     from flcore.aggregation import copy_into, named_tensors
+    from flcore.lag.conflict import with_module_buffers
 
     stored = context.state.get(STATE_KEY)
     if stored is not None:
@@ -48,7 +49,7 @@ def _prepare(msg: Message, context: Context):
     config = msg.content["config"]
     # A node with nothing of its own yet starts from the server's model, averaged personal layers included.
     personal = task.names_from_config(config.get("lag-personal")) if stored is not None else []
-    keep = set(task.personal_names(client.model, personal))
+    keep = set(with_module_buffers(client.model, personal))  # as LayerConflictMixin keeps them
     unknown = set(received) - set(named_tensors(client.model))
     if unknown:
         raise task.SetupError(f"the server sent tensors this model does not have: {sorted(unknown)[:5]}")

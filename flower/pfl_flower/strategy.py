@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from flcore.aggregation import sample_weights, weighted_average
-from flcore.lag.conflict import build_layers, conflict_scores, stack_layer_updates, top_k_layers
+from flcore.lag.conflict import build_layers, conflict_scores, stack_layer_updates
 from flcore.lag.mixin import LagSettings
 from utils.metrics import ClientTestStats, summarize
 
@@ -114,15 +114,8 @@ class FedLagStrategy(FedAvg):
 
     def _choose(self, scores: torch.Tensor, scored: bool) -> None:
         """The personal set after this round (the rule of ``LayerConflictMixin``)."""
-        if self.lag.schedule == "every_round":  # the paper's Algorithm 1
-            if scored:
-                self.personal = tuple(top_k_layers(scores, self.lag.top_k))
-        else:  # the authors' code: sum the scores over W rounds, then freeze the top-K
-            warmup = max(self.lag.warmup, 1)
-            if self.rounds_scored < warmup:
-                self.score_total = scores.clone() if self.score_total is None else self.score_total + scores
-                if self.rounds_scored == warmup - 1:
-                    self.personal = tuple(top_k_layers(self.score_total, self.lag.top_k))
+        self.personal, self.score_total = self.lag.next_personal(scores, scored, self.rounds_scored, self.personal,
+                                                                 self.score_total)
         self.rounds_scored += 1
 
     # ----- evaluation --------------------------------------------------------------------------------------

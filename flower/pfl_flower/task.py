@@ -16,7 +16,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from flwr.app import ArrayRecord, Context
@@ -164,18 +164,6 @@ def build_client(context: Context):
     cid = partition_id(context)
     train, test = client_data(args, cid)
     return server_class.client_class(args, cid, train, test, build_model(args))
-
-
-def personal_names(model, layer_tensors: Iterable[str]) -> List[str]:
-    """The chosen parameter names plus the buffers of their modules (BatchNorm statistics follow
-    their module, as in ``LayerConflictMixin``)."""
-    names: List[str] = []
-    for name in layer_tensors:
-        names.append(name)
-        module_name = name.rpartition(".")[0]
-        prefix = f"{module_name}." if module_name else ""
-        names += [prefix + b for b, _ in model.get_submodule(module_name).named_buffers(recurse=False)]
-    return names
 
 
 # ----- records ------------------------------------------------------------------------------------------

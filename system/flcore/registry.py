@@ -76,6 +76,11 @@ def lag_composable(spec: AlgorithmSpec) -> bool:
     return spec.shares_parameters and not spec.no_lag_reason
 
 
+def lag_base(name: str) -> str:
+    """``X`` for ``X+LAG``; any other name unchanged."""
+    return name[:-len(LAG_SUFFIX)] if name.endswith(LAG_SUFFIX) else name
+
+
 def valid_names() -> list[str]:
     lag = [f"{name}{LAG_SUFFIX}" for name, spec in ALGORITHMS.items() if lag_composable(spec)]
     return list(ALGORITHMS) + lag
@@ -83,7 +88,7 @@ def valid_names() -> list[str]:
 
 def resolve(name: str) -> Tuple[Type, AlgorithmSpec]:
     """The server class and spec for ``-algo name`` (``X+LAG`` composes X with the LAG mixin)."""
-    base_name = name[:-len(LAG_SUFFIX)] if name.endswith(LAG_SUFFIX) else name
+    base_name = lag_base(name)
     spec = ALGORITHMS.get(base_name)
     if spec is None:
         raise UnknownAlgorithmError(f"unknown algorithm {name!r}; choose one of: {', '.join(valid_names())}")

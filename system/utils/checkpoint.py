@@ -24,12 +24,12 @@ from utils.paths import make_importable
 
 make_importable()
 from dataset.utils.atomic_io import atomic_path  # noqa: E402
+from utils.result_utils import EXECUTION_FLAGS  # noqa: E402
 
 KEEP = 2
 _NAME = re.compile(r"round_(\d+)\.pt$")
 # Flags that change where or how fast a run executes, never its results.
-IGNORED_ON_RESUME = frozenset({"resume", "checkpoint_every", "device_id", "executor", "workers", "ray_address",
-                               "gpus_per_worker", "results_dir", "data_dir"})
+IGNORED_ON_RESUME = EXECUTION_FLAGS
 
 
 class CheckpointError(ValueError):

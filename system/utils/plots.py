@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
 
+from flcore.registry import LAG_SUFFIX, lag_base  # noqa: E402
 from utils.paths import make_importable  # noqa: E402
 
 make_importable()
@@ -34,17 +35,13 @@ Curve = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 DPI = 130
 
 
-def _base(name: str) -> str:
-    return name[:-4] if name.endswith("+LAG") else name
-
-
 def algorithm_styles(names: Sequence[str]) -> Dict[str, dict]:
     """A colour per base algorithm (``X`` and ``X+LAG`` share it), ``X+LAG`` dashed; FedLAG black and thicker.
 
     Up to 10 bases use tab10; more use tab20's dark shades before its light ones, then repeat the
     colours with markers, so that no two lines look the same.
     """
-    bases = [b for b in dict.fromkeys(_base(n) for n in names) if b != "FedLAG"]
+    bases = [b for b in dict.fromkeys(lag_base(n) for n in names) if b != "FedLAG"]
     if len(bases) <= 10:
         palette = [plt.get_cmap("tab10")(i) for i in range(10)]
     else:
@@ -55,8 +52,8 @@ def algorithm_styles(names: Sequence[str]) -> Dict[str, dict]:
     colours["FedLAG"] = ("black", "")
     styles = {}
     for n in names:
-        colour, marker = colours[_base(n)]
-        styles[n] = {"color": colour, "linestyle": "--" if n.endswith("+LAG") else "-",
+        colour, marker = colours[lag_base(n)]
+        styles[n] = {"color": colour, "linestyle": "--" if n.endswith(LAG_SUFFIX) else "-",
                      "linewidth": 2.4 if n == "FedLAG" else 1.5}
         if marker:
             styles[n].update(marker=marker, markersize=3, markevery=0.1)
@@ -93,7 +90,7 @@ def plot_accuracy_curves(curves: Dict[str, Curve], title: str, path: Optional[Pa
 
     More than ``PANEL_LIMIT`` algorithms are drawn as small multiples (:func:`plot_accuracy_panels`).
     """
-    if len({_base(n) for n in curves if n not in REFERENCES}) > PANEL_LIMIT:
+    if len({lag_base(n) for n in curves if n not in REFERENCES}) > PANEL_LIMIT:
         return plot_accuracy_panels(curves, title, path)
     fig, ax = plt.subplots(figsize=(8.5, 5.0) if len(curves) <= 8 else (10.5, 5.5))
     draw_accuracy_curves(ax, curves)
@@ -111,14 +108,14 @@ def plot_accuracy_panels(curves: Dict[str, Curve], title: str, path: Optional[Pa
     panels: Dict[str, Dict[str, Curve]] = {}
     for name, curve in curves.items():
         if name not in references:
-            panels.setdefault(_base(name), {})[name] = curve
+            panels.setdefault(lag_base(name), {})[name] = curve
     cols = min(6, len(panels))
     rows = int(np.ceil(len(panels) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(2.7 * cols, 2.1 * rows + 1.0), sharex=True, sharey=True,
                              squeeze=False)
     for ax, (base, own) in zip(axes.flat, panels.items()):
         styles = dict(REFERENCE_STYLES)
-        styles.update({n: {"color": "tab:blue", "linestyle": "--" if n.endswith("+LAG") else "-", "linewidth": 1.7}
+        styles.update({n: {"color": "tab:blue", "linestyle": "--" if n.endswith(LAG_SUFFIX) else "-", "linewidth": 1.7}
                        for n in own})
         draw_accuracy_curves(ax, {**references, **own}, styles)
         ax.set_title(base, fontsize=9)

@@ -17,7 +17,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import h5py
 import numpy as np
 
-from utils.paths import make_importable, recorded_location
+from flcore.registry import lag_base
+from utils.paths import DATASET_DIR, LOCATION_FLAGS, make_importable, recorded_location
 
 make_importable()
 from dataset.utils.atomic_io import atomic_path  # noqa: E402
@@ -69,11 +70,12 @@ def average_data(folder: Path, dataset: str, algorithm: str, goal: str, runs: Li
 
 RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
 PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)$")
-# Flags that name where or on what a run ran, or which seed (the file name says that): ignored when
-# deciding whether a finished run was made with the flags asked for now.
-NON_IDENTIFYING_FLAGS = frozenset({"seed", "prev", "times", "device", "device_id", "data_dir", "results_dir",
-                                   "resume", "checkpoint_every", "executor", "workers", "ray_address",
-                                   "gpus_per_worker"})
+# Flags that say where and how a run executes, not what it computes: a resumed run may change them.
+EXECUTION_FLAGS = frozenset({*LOCATION_FLAGS, "resume", "checkpoint_every", "device_id", "executor", "workers",
+                             "ray_address", "gpus_per_worker"})
+# Those, the device, and which seed (the file name says that): ignored when deciding whether a finished
+# run was made with the flags asked for now.
+NON_IDENTIFYING_FLAGS = EXECUTION_FLAGS | {"seed", "prev", "times", "device"}
 
 
 @dataclass
@@ -216,7 +218,6 @@ def partition_from_name(name: str) -> Tuple[str, str]:
 def dataset_partition(dataset: str, data_dir: Optional[object] = None) -> Partition:
     """The partition of dataset folder ``dataset``: read from ``<data_dir>/<dataset>/config.json``
     (``data_dir`` as the run recorded it; default ``dataset/``), else from the name ``<Base>-<partition>``."""
-    from utils.paths import DATASET_DIR
     key, label = partition_from_name(dataset)
     base = PARTITION_SUFFIX.match(dataset).group("base") if key else dataset
     config_file = Path(data_dir or DATASET_DIR) / dataset / "config.json"
@@ -309,9 +310,9 @@ def dataset_sort_key(base: str) -> tuple:
 
 def algorithm_sort_key(name: str) -> tuple:
     """FedLAG first, then FedAvg, then the rest alphabetically; ``X+LAG`` right after ``X``."""
-    base = name[:-4] if name.endswith("+LAG") else name
+    base = lag_base(name)
     rank = {"FedLAG": 0, "FedAvg": 1}.get(base, 2)
-    return rank, base.lower(), name.endswith("+LAG")
+    return rank, base.lower(), base != name
 
 
 @dataclass(frozen=True)
@@ -334,15 +335,14 @@ def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict
     goals = sorted({g.goal for g in groups})
     columns: Dict[str, Column] = {}
     labels: Dict[str, List[str]] = {}
-    for g in groups:
-        text = f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
-        labels.setdefault(text, [])
-        if g.dataset not in labels[text]:
-            labels[text].append(g.dataset)
+    texts = {g.dataset: f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+             for g in groups}
+    for dataset, text in texts.items():
+        labels.setdefault(text, []).append(dataset)
     for g in groups:
         if g.dataset in columns:
             continue
-        text = f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+        text = texts[g.dataset]
         if len(labels[text]) > 1:  # two folders with the same base and split: tell them apart
             text = f"{text} [{g.dataset}]"
         columns[g.dataset] = Column(g.dataset, g.partition, text)
@@ -482,14 +482,8 @@ def run_status(path: Path, argv: Sequence[str]) -> str:
         return "missing"  # the run will fail again and say why
     if not isinstance(config, dict):
         return "stale"
-    ignored = set(NON_IDENTIFYING_FLAGS)
-    try:
-        from utils.checkpoint import IGNORED_ON_RESUME
-        ignored |= set(IGNORED_ON_RESUME)
-    except ImportError:
-        pass
     for key, value in wanted.items():
-        if key in ignored or value is None or key not in config:
+        if key in NON_IDENTIFYING_FLAGS or value is None or key not in config:
             continue
         if config[key] != value:
             return "stale"

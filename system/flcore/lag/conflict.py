@@ -45,6 +45,20 @@ def build_layers(param_names: Sequence[str], granularity: str = "tensor") -> Lis
     return [Layer(module or "(root)", tuple(names)) for module, names in groups.items()]
 
 
+def with_module_buffers(model: torch.nn.Module, param_names: Sequence[str]) -> Dict[str, torch.Tensor]:
+    """The live tensors that stay personal for ``param_names``: each parameter and the buffers of its
+    module (BatchNorm statistics follow their module; buffers are never scored as layers)."""
+    params = dict(model.named_parameters())
+    out: Dict[str, torch.Tensor] = {}
+    for name in param_names:
+        out[name] = params[name]
+        module_name = name.rpartition(".")[0]
+        prefix = f"{module_name}." if module_name else ""
+        for buffer_name, buffer in model.get_submodule(module_name).named_buffers(recurse=False):
+            out[prefix + buffer_name] = buffer
+    return out
+
+
 def stack_layer_updates(updates: Sequence[Mapping[str, torch.Tensor]], layers: Sequence[Layer]) -> List[torch.Tensor]:
     """Per layer, the clients' updates as rows: a list of ``(num_clients, layer_size)`` matrices."""
     return [torch.stack([torch.cat([u[n].reshape(-1) for n in layer.tensors]) for u in updates])

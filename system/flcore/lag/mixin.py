@@ -30,7 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .conflict import GRANULARITIES, Layer, build_layers, conflict_scores_in_spans, top_k_layers
+from .conflict import (GRANULARITIES, Layer, build_layers, conflict_scores_in_spans, top_k_layers,
+                       with_module_buffers)
 
 SCHEDULES = ("every_round", "warmup")
 SIGNALS = ("delta", "last_batch")
@@ -77,6 +78,25 @@ class LagSettings:
                 problems.append(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
         if problems:
             raise LagError("; ".join(problems))
+
+    def next_personal(self, scores: torch.Tensor, scored: bool, rounds_done: int, personal: Tuple[int, ...],
+                      score_total: Optional[torch.Tensor]) -> Tuple[Tuple[int, ...], Optional[torch.Tensor]]:
+        """(personal layer indices, running score total) once this round's ``scores`` are in.
+
+        ``scored`` is false when the round had fewer than two uploads; ``rounds_done`` counts the rounds
+        before this one. ``every_round`` (the paper's Algorithm 1) re-selects the top-K from every
+        scored round; ``warmup`` (the authors' code) sums the scores over the first W rounds, then
+        freezes the top-K for good.
+        """
+        if self.schedule == "every_round":
+            return (tuple(top_k_layers(scores, self.top_k)) if scored else personal), score_total
+        warmup = max(self.warmup, 1)
+        if rounds_done >= warmup:
+            return personal, score_total
+        total = scores.clone() if score_total is None else score_total + scores
+        if rounds_done == warmup - 1:
+            personal = tuple(top_k_layers(total, self.top_k))
+        return personal, total
 
 
 class LayerConflictMixin:
@@ -208,18 +228,8 @@ class LayerConflictMixin:
         return {name: row[a:b] for name, (a, b) in self._lag_columns.items()}
 
     def _lag_choose(self, scores: torch.Tensor, scored: bool) -> None:
-        if self.lag.schedule == "every_round":
-            # Algorithm 1 of the paper: re-select from this round's updates.
-            if scored:
-                self.lag_personal = tuple(top_k_layers(scores, self.lag.top_k))
-        else:
-            # The authors' code: sum scores over the warm-up, then freeze the top-K for good.
-            warmup = max(self.lag.warmup, 1)
-            if self.lag_rounds < warmup:
-                total = self.lag_score_total
-                self.lag_score_total = scores.clone() if total is None else total + scores
-                if self.lag_rounds == warmup - 1:
-                    self.lag_personal = tuple(top_k_layers(self.lag_score_total, self.lag.top_k))
+        self.lag_personal, self.lag_score_total = self.lag.next_personal(
+            scores, scored, self.lag_rounds, self.lag_personal, self.lag_score_total)
         self.lag_rounds += 1
 
     # ----- naming -------------------------------------------------------------------------------------
@@ -229,16 +239,7 @@ class LayerConflictMixin:
 
     def _lag_personal_tensors(self, client) -> State:
         """Live personal tensors of ``client``: the chosen parameters and their modules' buffers."""
-        params = dict(client.model.named_parameters())
-        out: State = {}
-        for name in self.lag_personal_names():
-            out[name] = params[name]
-            module_name = name.rpartition(".")[0]
-            module = client.model.get_submodule(module_name)
-            prefix = f"{module_name}." if module_name else ""
-            for buffer_name, buffer in module.named_buffers(recurse=False):
-                out[prefix + buffer_name] = buffer
-        return out
+        return with_module_buffers(client.model, self.lag_personal_names())
 
     def _lag_full_names(self, client, module: nn.Module) -> Dict[str, str]:
         """Uploaded parameter name -> name in the client's full model, by parameter identity.
