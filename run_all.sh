@@ -6,9 +6,10 @@
 #   ./run_all.sh -a "FedAvg FedLAG FedRep FedRep+LAG" -d MNIST -p "dir0.1 dir1.0" -s 0-2 -r 50 \
 #                --source MNIST=../shared/data/mnist-70k.npz -- -lbs 16
 #
-# Each (dataset D, partition P) is a dataset folder D-P (e.g. MNIST-dir0.1) under --data_dir, built
-# with dataset/generate_D.py when missing (offline from --source D=FILE where given); partition "-"
-# uses folder D as it is. Seed s of a run is main.py's run index s (-pv s -t s+1, --seed 0), so its
+# Each (dataset D, partition P) is a dataset folder D-P (e.g. MNIST-dir0.1) under --data_dir for the
+# default 20 clients, D-P-nc<N> (MNIST-dir0.1-nc10) for -c N otherwise, built with dataset/generate_D.py
+# when missing (offline from --source D=FILE where given); the generator refuses to overwrite a folder
+# that holds another split. Partition "-" uses folder D as it is. Duplicate grid entries run once. Seed s of a run is main.py's run index s (-pv s -t s+1, --seed 0), so its
 # file is <results_dir>/<D-P>_<algo>_<goal>-<model>_<s>.h5 and it is seeded with s. A run whose
 # .h5 is complete and was made with the same flags is skipped, so an interrupted batch resumes.
 # One log per run in <results_dir>/logs/. Exit status: 0 all runs done or skipped, 1 some run
@@ -28,7 +29,8 @@ Grid (a --grid file sets defaults; these flags override it):
   -g, --grid FILE        grid file (default: benchmarks/grids/quick.grid)
   -a, --algorithms LIST  e.g. "FedAvg FedLAG FedRep+LAG"   (lists: spaces or commas)
   -d, --datasets LIST    generator names: Digits MNIST FashionMNIST EMNIST Cifar10 Cifar100
-  -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is)
+  -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is);
+                         folder D-P, or D-P-nc<N> when -c N is not 20
   -s, --seeds LIST       e.g. "0 1 2" or 0-4
   -m, --models LIST      e.g. "CNN DNN"
   -r, --rounds N         -gr of every run
@@ -164,12 +166,26 @@ JOBS="${JOBS:-$(setting jobs 1)}"
 SEEDS=()
 for token in $(as_list "$(setting seeds 0)"); do
     if [[ "$token" =~ ^([0-9]+)-([0-9]+)$ ]]; then
-        for ((s = BASH_REMATCH[1]; s <= BASH_REMATCH[2]; s++)); do SEEDS+=("$s"); done
+        for ((s = 10#${BASH_REMATCH[1]}; s <= 10#${BASH_REMATCH[2]}; s++)); do SEEDS+=("$s"); done
     elif [[ "$token" =~ ^[0-9]+$ ]]; then
-        SEEDS+=("$token")
+        SEEDS+=("$((10#$token))")   # 007 and 7 are one seed
     else
         die "seed '$token' is not a number or a range like 0-4"
     fi
+done
+
+unique() {  # the arguments, each once, in the order of first appearance
+    local -A seen=()
+    local word
+    for word in "$@"; do
+        [[ -n "${seen[$word]+x}" ]] || { seen[$word]=1; printf '%s\n' "$word"; }
+    done
+}
+# A value listed twice (or a seed in two ranges) would run the same run twice, concurrently with -j.
+for list in ALGORITHMS DATASETS PARTITIONS MODELS SEEDS; do
+    declare -n ref="$list"
+    mapfile -t ref < <(unique "${ref[@]}")
+    unset -n ref
 done
 
 [[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || die "-j/--jobs must be a positive integer, got '$JOBS'"
@@ -212,20 +228,35 @@ STATE="$(mktemp -d "${TMPDIR:-/tmp}/run_all.XXXXXX")"
 trap 'rm -rf "$STATE"' EXIT
 mkdir -p "$STATE/args"
 
+# The folder of dataset D with partition P: every partition parameter run_all varies is in its name.
+# The default client count keeps the name earlier batches used (D-P); any other gets -nc<N>. A D-P
+# folder from an old batch with another count is not reused: the generator refuses to overwrite a
+# different split, and main.py checks the files against config.json.
+DEFAULT_CLIENTS=20
+folder_name() {  # dataset partition
+    if [[ "$2" == "-" ]]; then echo "$1"
+    elif [[ "$CLIENTS" == "$DEFAULT_CLIENTS" ]]; then echo "$1-$2"
+    else echo "$1-$2-nc$CLIENTS"; fi
+}
+
 RUN_NAME=(); RUN_DATA=()
 DATA_NAMES=(); declare -A DATA_GEN=()
+declare -A PLANNED=()
 for seed in "${SEEDS[@]}"; do
     for dataset in "${DATASETS[@]}"; do
         for partition in "${PARTITIONS[@]}"; do
-            if [[ "$partition" == "-" ]]; then data="$dataset"; else data="$dataset-$partition"; fi
+            data="$(folder_name "$dataset" "$partition")"
             if [[ -z "${DATA_GEN[$data]+x}" ]]; then
                 DATA_NAMES+=("$data")
                 if [[ "$partition" == "-" ]]; then DATA_GEN[$data]=""; else DATA_GEN[$data]="$dataset $partition"; fi
             fi
             for model in "${MODELS[@]}"; do
                 for algo in "${ALGORITHMS[@]}"; do
-                    i=${#RUN_NAME[@]}
                     goal="$GOAL-$model"
+                    # One result file, one run: never start the same run twice.
+                    [[ -n "${PLANNED[${data}_${algo}_${goal}_${seed}]+x}" ]] && continue
+                    PLANNED[${data}_${algo}_${goal}_${seed}]=1
+                    i=${#RUN_NAME[@]}
                     RUN_NAME+=("${data}_${algo}_${goal}_${seed}")
                     RUN_DATA+=("$data")
                     base="${algo%+LAG}"

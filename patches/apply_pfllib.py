@@ -19,7 +19,10 @@ What it does to the checkout:
 
 It refuses, and changes nothing, when the folder does not look like PFLlib, when main.py has no
 single ``args = parser.parse_args()`` line, no ``run(args)`` with an ``args.algorithm`` dispatch, or
-when a file it would write exists with other content. Standard library only.
+when a file it would write exists with other content or is a folder. Installing and reverting are all
+or nothing: every file is first staged next to its target, then swapped in; if any step fails (a
+read-only folder, a full disk), what was done is undone and the checkout is left as it was, with the
+same "refusing, nothing changed" line. Standard library only.
 """
 from __future__ import annotations
 
@@ -89,20 +92,132 @@ def load_hook_module():
     return module
 
 
-def write_atomic(path: Path, data: bytes, mode_from: Optional[Path] = None) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+class Transaction:
+    """Changes to the checkout made all or nothing.
+
+    :meth:`write` and :meth:`remove` only plan; :meth:`commit` first stages every new content in a
+    hidden temporary file next to its target (creating missing folders), which also proves each
+    folder writable, then swaps the files into place by renames, moving each replaced or removed file
+    aside rather than deleting it. When anything fails, every step already taken is undone in
+    reverse, so the checkout is left exactly as it was (contents, modes and times), and
+    :class:`Refusal` says what could not be written.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.planned: List[Tuple[str, Optional[bytes], Optional[Path]]] = []  # (rel, data or None, mode_from)
+
+    def write(self, rel: str, data: bytes, mode_from: Optional[Path] = None) -> None:
+        self.planned.append((rel, data, mode_from))
+
+    def remove(self, rel: str) -> None:
+        self.planned.append((rel, None, None))
+
+    def commit(self) -> None:
+        made_dirs: List[Path] = []  # created here, in creation order
+        staged: Dict[str, str] = {}  # rel -> temporary file holding its new content
+        swapped: List[Tuple[Path, Optional[str]]] = []  # (target, where its old file was moved, or None)
+        current = ""
+        try:
+            for rel, data, mode_from in self.planned:
+                current = rel
+                if data is not None:
+                    dest = path_of(self.root, rel)
+                    make_dirs(dest.parent, made_dirs)
+                    staged[rel] = stage(dest, data, mode_from)
+            for rel, data, _ in self.planned:
+                current = rel
+                dest = path_of(self.root, rel)
+                aside = None
+                if dest.exists():
+                    aside = _temp_name(dest, "old")
+                    try:
+                        os.replace(dest, aside)
+                    except OSError:
+                        os.unlink(aside)
+                        raise
+                swapped.append((dest, aside))
+                if data is not None:
+                    os.replace(staged[rel], dest)
+                    del staged[rel]
+        except OSError as err:
+            undo_errors = _undo(swapped, staged, made_dirs)
+            reason = err.strerror or str(err)
+            if undo_errors:
+                raise PartialChange(f"writing {current} failed ({reason}), and undoing the steps before it failed "
+                                    f"too ({'; '.join(undo_errors)}); check those paths by hand") from None
+            raise Refusal(f"cannot write {current} ({reason}); is the checkout read-only, or is a path of "
+                          "it on a full disk? Fix that and run again") from None
+        for _, aside in swapped:  # done: the old files are no longer needed
+            if aside is not None:
+                try:
+                    os.unlink(aside)
+                except OSError:
+                    print(f"note: could not delete the temporary file {aside}; delete it by hand")
+
+
+class PartialChange(Exception):
+    """A write failed and the undo did not complete: the message lists what to check."""
+
+
+def _temp_name(dest: Path, kind: str) -> str:
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.fedlag-{kind}-", dir=dest.parent)
+    os.close(fd)
+    return name
+
+
+def make_dirs(folder: Path, made: List[Path]) -> None:
+    """Create ``folder`` and its missing parents, appending each to ``made`` as soon as it exists (so
+    that an undo after a failure part-way removes exactly those)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir()
+        made.append(path)
+
+
+def stage(dest: Path, data: bytes, mode_from: Optional[Path] = None) -> str:
+    """``data`` in a new hidden file next to ``dest``, with ``mode_from``'s permissions (else 0644)."""
+    name = _temp_name(dest, "new")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(name, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         if mode_from is not None and mode_from.exists():
-            shutil.copymode(mode_from, tmp)
+            shutil.copymode(mode_from, name)
         else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+            os.chmod(name, 0o644)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.unlink(name)
         raise
+    return name
+
+
+def _undo(swapped, staged, made_dirs) -> List[str]:
+    """Put every swapped file back, delete staged files and created folders; returns what failed."""
+    errors = []
+    for dest, aside in reversed(swapped):
+        try:
+            if aside is not None:
+                os.replace(aside, dest)
+            elif dest.exists():
+                os.unlink(dest)
+        except OSError as err:
+            errors.append(f"{dest}: {err.strerror or err}")
+    for name in staged.values():
+        try:
+            os.unlink(name)
+        except OSError as err:
+            errors.append(f"{name}: {err.strerror or err}")
+    for folder in reversed(made_dirs):
+        try:
+            folder.rmdir()
+        except OSError as err:
+            errors.append(f"{folder}: {err.strerror or err}")
+    return errors
 
 
 def print_diff(rel: str, old: Optional[bytes], new: Optional[bytes]) -> None:
@@ -124,6 +239,22 @@ def check_pfllib(root: Path) -> None:
         if (root / "main.py").is_file() and (root / "flcore").is_dir():
             hint = f" It looks like PFLlib's system/ folder: pass its parent, {root.parent}."
         raise Refusal(f"{root} does not look like a PFLlib checkout (missing: {', '.join(missing)}).{hint}")
+
+
+def check_targets(root: Path, rels) -> None:
+    """Refuse a path the patch writes that is a folder (or anything but a file), or that lies under a
+    file: the install would stop half-way there."""
+    for rel in rels:
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            folder = path_of(root, "/".join(parts[:i]))
+            if folder.exists() and not folder.is_dir():
+                raise Refusal(f"{'/'.join(parts[:i])} is a file where the patch needs a folder (for {rel}); "
+                              "move it away and run again")
+        dest = path_of(root, rel)
+        if (dest.exists() or dest.is_symlink()) and not dest.is_file():
+            raise Refusal(f"{rel} is {'a folder' if dest.is_dir() else 'not a regular file'} where the patch "
+                          "installs a file; move it away and run again")
 
 
 def read_main(root: Path) -> Tuple[bytes, str, List[bytes]]:
@@ -253,8 +384,11 @@ def read_manifest(root: Path) -> Optional[dict]:
 # ----- apply -------------------------------------------------------------------------------------------
 def apply(root: Path, dry_run: bool) -> int:
     check_pfllib(root)
-    manifest = read_manifest(root)
     files = payload()
+    check_targets(root, [*files, MANIFEST])
+    manifest = read_manifest(root)
+    if manifest is not None:
+        check_targets(root, manifest["files"])
     main_old, text, lines = read_main(root)
     span = find_block(lines)
     if span is not None and manifest is None:
@@ -338,16 +472,16 @@ def apply(root: Path, dry_run: bool) -> int:
         print(f"# and {'update' if manifest else 'create'} {MANIFEST} (checksums, for --revert)")
         return 0
 
+    change = Transaction(root)
     for rel, act in changing:
-        dest = path_of(root, rel)
         if act == "remove":
-            dest.unlink()
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dest, files[rel])
+            change.remove(rel)
+        else:
+            change.write(rel, files[rel])
     if main_new != main_old:
-        write_atomic(path_of(root, MAIN), main_new, mode_from=path_of(root, MAIN))
-    write_atomic(manifest_path, manifest_bytes)
+        change.write(MAIN, main_new, mode_from=path_of(root, MAIN))
+    change.write(MANIFEST, manifest_bytes)
+    change.commit()
     for rel, act in actions:
         if act != "same":
             print(f"{act:>7}  {rel}")
@@ -371,7 +505,10 @@ def missing_dirs(root: Path, rel: str) -> List[str]:
 def revert(root: Path, dry_run: bool, force: bool) -> int:
     if not path_of(root, MAIN).is_file():
         raise Refusal(f"{root} has no {MAIN}; pass the PFLlib checkout the patch was applied to")
+    check_targets(root, [MANIFEST])
     manifest = read_manifest(root)
+    if manifest is not None:
+        check_targets(root, manifest["files"])
     main_old, _, lines = read_main(root)
     span = find_block(lines)
     if manifest is None:
@@ -411,24 +548,35 @@ def revert(root: Path, dry_run: bool, force: bool) -> int:
         print(f"# and delete {MANIFEST}")
         return 0
 
+    change = Transaction(root)
     if main_new != main_old:
-        write_atomic(path_of(root, MAIN), main_new, mode_from=path_of(root, MAIN))
+        change.write(MAIN, main_new, mode_from=path_of(root, MAIN))
+    for rel in remove:
+        change.remove(rel)
+    change.remove(MANIFEST)
+    change.commit()
+    # The checkout is now as before the install; what follows only tidies up (bytecode of the removed
+    # modules, folders the install created), and a failure there is reported, not fatal.
     for rel in remove:
         dest = path_of(root, rel)
-        dest.unlink()
-        cache = dest.parent / "__pycache__"
-        if cache.is_dir():
-            for compiled in cache.glob(f"{dest.stem}.*.pyc"):
-                compiled.unlink()
-            if not any(cache.iterdir()):
-                cache.rmdir()
         print(f"removed  {rel}")
-    path_of(root, MANIFEST).unlink()
+        cache = dest.parent / "__pycache__"
+        try:
+            if cache.is_dir():
+                for compiled in cache.glob(f"{dest.stem}.*.pyc"):
+                    compiled.unlink()
+                if not any(cache.iterdir()):
+                    cache.rmdir()
+        except OSError as err:
+            notes.append(f"could not delete compiled files in {cache} ({err.strerror or err})")
     for rel in sorted(manifest.get("dirs", []), key=lambda d: d.count("/"), reverse=True):
         folder = path_of(root, rel)
         if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-            print(f"removed  {rel}/")
+            try:
+                folder.rmdir()
+                print(f"removed  {rel}/")
+            except OSError as err:
+                notes.append(f"{rel}/ kept: {err.strerror or err}")
         elif folder.is_dir():
             notes.append(f"{rel}/ kept: it holds files the patch did not install")
     for note in notes:
@@ -461,6 +609,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return apply(root, args.dry_run)
     except Refusal as refusal:
         print(f"apply_pfllib.py: refusing, nothing changed: {refusal}", file=sys.stderr)
+        return 2
+    except PartialChange as problem:
+        print(f"apply_pfllib.py: failed, and the checkout is partly changed: {problem}", file=sys.stderr)
+        return 1
+    except OSError as err:  # reading the checkout (every write goes through Transaction, which refuses)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"apply_pfllib.py: refusing, nothing changed: cannot read {where}{err.strerror or err}",
+              file=sys.stderr)
         return 2
 
 

@@ -21,15 +21,20 @@ from flcore.servers.serverbase import ConfigError, RunError  # noqa: E402
 from flcore.trainmodel.models import UnknownModelError  # noqa: E402
 from utils.checkpoint import CheckpointError  # noqa: E402
 from utils.data_utils import DatasetError  # noqa: E402
-from utils.options import parse_args  # noqa: E402
+from utils.options import parse_args, setup_problems  # noqa: E402
 from utils.paths import display_path  # noqa: E402
-from utils.result_utils import average_data  # noqa: E402
+from utils.result_utils import RunLockedError, average_data  # noqa: E402
 
 USER_ERRORS = (UnknownAlgorithmError, UnknownModelError, DatasetError, DeviceError, RunError, ConfigError,
-               LagError, CheckpointError)
+               LagError, CheckpointError, RunLockedError)
 
 
 def run(args) -> None:
+    problems, warnings = setup_problems(args)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     args, note = prepare(args)
     if note:
         print(f"note: {note}")

@@ -38,7 +38,7 @@ from flcore.registry import lag_base  # noqa: E402
 from utils.paths import display_path  # noqa: E402
 from utils.result_utils import (SUMMARY_FIELDS, Group, csv_table, find_runs, group_runs,  # noqa: E402
                                 load_runs, markdown_table, models_note, personal_frequency, seeds_note,
-                                summary_rows, table_layout)
+                                settings_note, summary_rows, table_layout)
 
 
 def safe_name(text: str) -> str:
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def write_csv(path: Path, rows: Sequence[Sequence[object]]) -> None:
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
 
 
@@ -143,16 +143,18 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
 
 
 def tables_markdown(groups: List[Group]) -> str:
-    """Best and final accuracy tables, with how many seeds and which models they hold."""
+    """Best and final accuracy tables, with how many seeds and which models they hold, and any settings
+    that differ between runs averaged together (those between columns or rows are in their labels)."""
+    notes = " ".join(n for n in (seeds_note(groups), models_note(groups), settings_note(groups)) if n)
     return (f"## Best accuracy (%)\n\n{markdown_table(groups, 'best')}\n\n"
             f"## Final accuracy (%)\n\n{markdown_table(groups, 'final')}\n\n"
-            f"{seeds_note(groups)} {models_note(groups)}\n")
+            f"{notes}\n")
 
 
 def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[Path]], out: Path) -> str:
     lines = [f"# {title}", "",
-             "Test accuracy (%), mean ± std over seeds (population std); best = max over rounds, "
-             "final = last evaluation. Bold: the highest mean of each column.", "", tables]
+             "Test accuracy (%), mean ± std over seeds (population std; a value alone is a single run); "
+             "best = max over rounds, final = last evaluation. Bold: the highest mean of each column.", "", tables]
     if left_out:
         lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
     sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
@@ -187,12 +189,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     tables = tables_markdown(groups)
-    (out / "table.md").write_text(tables)
+    (out / "table.md").write_text(tables, encoding="utf-8")
     write_csv(out / "table.csv", csv_table(groups))
     records = summary_rows(groups)
     write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
     written = {} if args.no_plots else make_plots(groups, out, args)
-    (out / "report.md").write_text(report_markdown(args.title, tables, left_out, written, out))
+    (out / "report.md").write_text(report_markdown(args.title, tables, left_out, written, out), encoding="utf-8")
 
     print(tables)
     for path, why in left_out:

@@ -11,25 +11,26 @@ import torch
 
 from utils.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from utils.result_utils import read_results, result_path
-from conftest import REPO, cli, server_for
+from conftest import TEST_THREADS, REPO, cli, main_command, server_for
 
 TIMING = {"rs_round_time"}
 ROUNDS = 12
 
 
 def command(data_dir, results_dir, algorithm, *extra):
-    return [sys.executable, str(REPO / "system" / "main.py"),
-            *cli(data_dir, results_dir, "-algo", algorithm, "-m", "DNN", "-jr", "0.5", "-gr", str(ROUNDS),
-                 "--checkpoint_every", "1", *extra)]
+    """main.py with the tests' explicit thread count: the in-process reference uses the same one."""
+    return main_command(*cli(data_dir, results_dir, "-algo", algorithm, "-m", "DNN", "-jr", "0.5",
+                             "-gr", str(ROUNDS), "--checkpoint_every", "1", *extra))
 
 
 def kill_after_checkpoints(cmd, folder, count=3, timeout=60):
-    """Start ``cmd`` and SIGKILL it once ``count`` checkpoints exist; returns the killed process."""
+    """Start ``cmd`` and SIGKILL it once ``count`` checkpoints exist under ``folder`` (the results name's
+    folder: checkpoints sit in a sub-folder per configuration); returns the killed process."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if folder.is_dir() and len(list(folder.glob("round_*.sha256"))) >= 1 and \
-                max(int(p.stem.split("_")[1]) for p in folder.glob("round_*.sha256")) >= count - 1:
+        if folder.is_dir() and len(list(folder.rglob("round_*.sha256"))) >= 1 and \
+                max(int(p.stem.split("_")[1]) for p in folder.rglob("round_*.sha256")) >= count - 1:
             break
         time.sleep(0.01)
     assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
@@ -38,6 +39,7 @@ def kill_after_checkpoints(cmd, folder, count=3, timeout=60):
     return proc
 
 
+@pytest.mark.crossprocess
 @pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG", "Ditto"])
 def test_killed_and_resumed_run_equals_an_uninterrupted_one(algorithm, data_dir, tmp_path):
     reference = server_for(data_dir, tmp_path / "clean", "-algo", algorithm, "-m", "DNN", "-jr", "0.5",
@@ -92,3 +94,27 @@ def test_resume_with_other_flags_is_refused(data_dir, tmp_path):
     other = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1", "-lr", "0.01")
     with pytest.raises(CheckpointError, match=r"--local_learning_rate: 0.05 in the checkpoint, 0.01 now"):
         other.resume()
+
+
+@pytest.mark.crossprocess
+def test_resume_uses_the_checkpoints_thread_count(data_dir, tmp_path):
+    """Killed under --threads 1, resumed with no --threads where the environment asks for 2 threads: the
+    resumed run takes the checkpoint's count, says so, and still equals the uninterrupted run."""
+    reference = server_for(data_dir, tmp_path / "clean", "-algo", "FedLAG", "-m", "DNN", "-jr", "0.5",
+                           "-gr", str(ROUNDS))
+    reference.train()
+    expected, _ = read_results(reference.results_file())
+    results = tmp_path / "killed"
+    kill_after_checkpoints(command(data_dir, results, "FedLAG"), results / "checkpoints" / "Toy_FedLAG_test_0")
+    flags = cli(data_dir, results, "-algo", "FedLAG", "-m", "DNN", "-jr", "0.5", "-gr", str(ROUNDS),
+                "--checkpoint_every", "1", "--resume")
+    env = dict(os.environ, OMP_NUM_THREADS=str(TEST_THREADS + 1))
+    resumed = subprocess.run([sys.executable, str(REPO / "system" / "main.py"), *flags], capture_output=True,
+                             text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"using the checkpoint's {TEST_THREADS} intra-op threads" in resumed.stdout
+    got, attrs = read_results(result_path(results, "Toy", "FedLAG", "test", 0))
+    assert attrs["config"]["intra_op_threads"] == TEST_THREADS
+    assert attrs["config"]["torch_version"] == torch.__version__
+    for name in set(got) - TIMING:
+        assert np.array_equal(got[name], expected[name]), name

@@ -1,21 +1,23 @@
 """The real command line, twice: from the repository root and from inside system/."""
 import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from utils.result_utils import read_results
-from conftest import REPO
+from conftest import REPO, main_command
 
 
+@pytest.mark.crossprocess
 def test_two_rounds_on_digits_from_root_and_from_system(tmp_path):
     data, results = tmp_path / "data", tmp_path / "results"
     common = ["-algo", "FedAvg", "-gr", "2", "-dev", "cpu", "--data_dir", str(data), "--results_dir", str(results)]
-    first = subprocess.run([sys.executable, "system/main.py", *common, "-go", "root"], cwd=REPO,
+    first = subprocess.run(main_command(*common, "-go", "root", script=Path("system/main.py")), cwd=REPO,
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert (data / "Digits" / "config.json").is_file()  # built on first use
-    second = subprocess.run([sys.executable, "main.py", *common, "-go", "inside"], cwd=REPO / "system",
+    second = subprocess.run(main_command(*common, "-go", "inside", script=Path("main.py")), cwd=REPO / "system",
                             capture_output=True, text=True)
     assert second.returncode == 0, second.stderr
     assert "round 2/2 | acc" in first.stdout

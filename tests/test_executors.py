@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.executors import merge_trained, start_ray, without_data
+from flcore.executors import merge_trained, without_data
 from utils.result_utils import read_results
 from conftest import server_for, state_equal
 
@@ -28,15 +28,6 @@ def test_merge_keeps_the_servers_objects_and_takes_the_trained_values(data_dir, 
     assert torch.equal(client.generator.get_state(), shipped.generator.get_state())
     assert all(p.grad is not None for p in client.model.parameters())
     assert client.train_data is not None  # the server's copy keeps its data
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray = pytest.importorskip("ray")
-    started = start_ray()
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG", "SCAFFOLD"])

@@ -97,3 +97,25 @@ def test_two_rounds_end_to_end(data_dir, tmp_path):
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     w = arrays["rs_ala_weight_mean"]
     assert len(w) == 2 and w[0] == 1.0 and 0 <= w[1] < 1  # round 0 has nothing to mix; round 1 learns
+
+
+def test_ala_keeps_a_personal_modules_batchnorm_statistics_while_it_learns(data_dir, tmp_path):
+    """Under X+LAG a personal module's buffers stay the client's own during ALA (they are part of the
+    model the client will hold), and so does the module's weight; the rest arrives from the server."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedALA", "-nc", "3", "-s", "20", "-m", "ResNet20",
+                        "-data", "Toy3", "-nc", "4", "-p", "2")
+    client = server.clients[0]
+    model = client.model
+    bn = next(name for name, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d))
+    keep = {f"{bn}.weight", f"{bn}.bias"}
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if buffer.is_floating_point():
+                buffer.add_(1.0)   # the client's own statistics differ from the global ones
+    own = {n: t.clone() for n, t in named_tensors(model).items() if n.startswith(bn + ".")}
+    client.adaptive_local_aggregation(server.global_model, keep)
+    after = named_tensors(model)
+    for name, value in own.items():
+        assert torch.equal(after[name], value), name
+    other_bn = next(n for n in after if n.endswith("running_mean") and not n.startswith(bn + "."))
+    assert torch.equal(after[other_bn], named_tensors(server.global_model)[other_bn])

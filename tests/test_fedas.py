@@ -11,7 +11,7 @@ from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientas import ALIGNMENT_LR, fisher_trace, prototype_alignment_loss
 from flcore.servers.serveras import fisher_weights
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients
 
 
 def trained_round(data_dir, tmp_path, *extra):
@@ -134,3 +134,25 @@ def test_short_run_saves_results_with_fisher_traces(data_dir, tmp_path):
     traces = arrays["rs_fisher_trace"]
     assert traces.shape == (2, 6) and (np.isfinite(traces).sum(axis=1) == 3).all()
     assert not arrays["rs_fisher_fallback"].any()
+
+
+def test_alignment_under_lag_starts_from_and_keeps_the_clients_personal_layers(data_dir, tmp_path):
+    """The aligned copy holds the client's own values where X+LAG keeps layers personal: those positions
+    are not replaced by the global average, and the shared ones are aligned from that model."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedAS", "-m", "CNN", "-lbs", "32")
+    client = server.clients[0]
+    perturb_all_clients(server)
+    keep = frozenset({"fc1.0.weight", "fc1.0.bias"})
+    own = {n: t.clone() for n, t in named_tensors(client.model.base).items()}
+    global_base = server.global_model.base
+    client.receive_aligned(global_base, keep)
+    after = named_tensors(client.model.base)
+    assert state_equal(after, own, keep)
+    # The same client without LAG aligns a copy holding the global values: its shared positions differ.
+    twin_server = server_for(data_dir, tmp_path / "twin", "-algo", "FedAS", "-m", "CNN", "-lbs", "32")
+    perturb_all_clients(twin_server)
+    twin = twin_server.clients[0]
+    twin.receive_aligned(twin_server.global_model.base)
+    without = named_tensors(twin.model.base)
+    assert not state_equal(without, own, keep)
+    assert not state_equal(after, without, set(after) - keep)  # alignment saw the personal layers

@@ -7,8 +7,7 @@ import torch
 
 from flcore.aggregation import named_tensors
 from flcore.clients.clientavg import clientAVG
-from flcore.lag.conflict import top_k_layers
-from flcore.lag.mixin import LagError, LagSettings, with_layer_conflict
+from flcore.lag import LagError, LagSettings, top_k_positive, with_layer_conflict
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
@@ -18,10 +17,12 @@ ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc
 
 
 def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_client(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "2")
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "--lag_top_k", "2",
+                        "--lag_granularity", "module")
     play_round(server)
     personal = set(server.lag_personal_names())
-    assert len(personal) == 2
+    assert len(server.lag_personal) == 2  # two modules (the default granularity): weight and bias each
+    assert len(personal) == 4
     perturb_all_clients(server)
     before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
     server.selected_clients = server.select_clients()
@@ -38,7 +39,8 @@ def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_cli
 def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     common = ("-m", "CNN", "-jr", "0.5", "-gr", "3")
     fedavg = server_for(data_dir, tmp_path / "avg", "-algo", "FedAvg", *common)
-    fedlag = server_for(data_dir, tmp_path / "lag", "-algo", "FedLAG", "--lag_top_k", "0", *common)
+    fedlag = server_for(data_dir, tmp_path / "lag", "-algo", "FedLAG", "--lag_top_k", "0", *common,
+                        "--lag_granularity", "module")
     fedavg.train()
     fedlag.train()
     a, _ = read_results(fedavg.results_file())
@@ -46,50 +48,31 @@ def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     for name in ACCURACY_ARRAYS:
         assert np.array_equal(a[name], b[name]), name
     # ...while the conflict analysis is still recorded, for the heatmap.
-    assert b["lag_conflict_scores"].shape == (4, 8) and not b["lag_personal"].any()
+    assert b["lag_conflict_scores"].shape == (4, 4) and not b["lag_personal"].any()  # 4 rounds x 4 modules
     assert attrs["lag"]["top_k"] == 0
 
 
 def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3")
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3",
+                        "--lag_schedule", "every_round", "--lag_granularity", "tensor")
     server.train()
     arrays, _ = read_results(server.results_file())
     for scores, personal in zip(arrays["lag_conflict_scores"], arrays["lag_personal"]):
-        assert np.flatnonzero(personal).tolist() == top_k_layers(torch.as_tensor(scores), 3)
-
-
-def test_every_round_may_change_the_personal_set_and_warmup_freezes_it():
-    class Host:
-        pass
-
-    def chooser(schedule):
-        host = Host()
-        host.lag = LagSettings(top_k=1, schedule=schedule, warmup=2)
-        host.lag_personal, host.lag_score_total, host.lag_rounds = (), None, 0
-        return host
-    from flcore.lag.mixin import LayerConflictMixin
-    rounds = [torch.tensor([5, 0, 0]), torch.tensor([0, 1, 0]), torch.tensor([0, 0, 9]), torch.tensor([9, 0, 0])]
-    every, warm = chooser("every_round"), chooser("warmup")
-    seen_every, seen_warm = [], []
-    for scores in rounds:
-        LayerConflictMixin._lag_choose(every, scores, True)
-        LayerConflictMixin._lag_choose(warm, scores, True)
-        seen_every.append(every.lag_personal)
-        seen_warm.append(warm.lag_personal)
-    assert seen_every == [(0,), (1,), (2,), (0,)]
-    assert seen_warm == [(), (0,), (0,), (0,)]  # sum over 2 warm-up rounds = [5, 1, 0], then frozen
+        assert scores.any()
+        assert tuple(np.flatnonzero(personal).tolist()) == top_k_positive(torch.as_tensor(scores), 3)
 
 
 def test_warmup_schedule_freezes_the_top_k_of_the_summed_warmup_scores(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "4", "--lag_top_k", "2",
-                        "--lag_schedule", "warmup", "--lag_warmup", "2")
+                        "--lag_schedule", "warmup", "--lag_warmup", "2", "--lag_granularity", "tensor")
     server.train()
     arrays, _ = read_results(server.results_file())
     personal, scores = arrays["lag_personal"], arrays["lag_conflict_scores"]
     assert not personal[0].any()
-    frozen = top_k_layers(torch.as_tensor(scores[:2].sum(axis=0)), 2)
+    frozen = top_k_positive(torch.as_tensor(scores[:2].sum(axis=0)), 2)
+    assert len(frozen) == 2
     for row in personal[1:]:
-        assert np.flatnonzero(row).tolist() == frozen
+        assert tuple(np.flatnonzero(row).tolist()) == frozen
 
 
 def test_delta_signal_is_the_change_since_the_broadcast(data_dir, tmp_path):
@@ -134,7 +117,7 @@ def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(da
     candidates = [n for layer in server.lag_layers for n in layer.tensors]
     assert candidates and all(n.startswith("base.") for n in candidates)  # heads are X's own, never ranked
     personal = set(server.lag_personal_names())
-    assert len(personal) == 2 and personal <= set(candidates)
+    assert len(server.lag_personal) == 2 and personal <= set(candidates)
     perturb_all_clients(server)
     before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
     server.send_models()
@@ -156,7 +139,7 @@ def test_batchnorm_buffers_are_never_layers_and_follow_their_module(data_dir, tm
     bn_layer = next(i for i, l in enumerate(server.lag_layers) if l.name.endswith("bn1"))
     assert server.lag_layers[bn_layer].tensors == (f"{server.lag_layers[bn_layer].name}.weight",
                                                    f"{server.lag_layers[bn_layer].name}.bias")
-    server.lag_personal = (bn_layer,)
+    server.lag_selector.personal = (bn_layer,)
     module = server.lag_layers[bn_layer].name
     kept = {f"{module}.{s}" for s in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}
     perturb_all_clients(server)
@@ -176,3 +159,55 @@ def test_lag_is_refused_where_nothing_is_shared_and_bad_settings_are_named():
     with pytest.raises(LagError, match="--lag_xi must be in"):
         LagSettings(xi=0.3).check()
     assert resolve("FedAvg+LAG")[0].__mro__[1].__name__ == "LayerConflictMixin"
+
+
+# ----- defects that must stay fixed --------------------------------------------------------------------------
+def test_last_batch_signal_survives_rounds_without_uploads_and_every_round_has_a_row(data_dir, tmp_path):
+    # One client selected per round and half of the trained clients dropped: most rounds upload nothing.
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-gr", "6", "--lag_signal", "last_batch",
+                        "-jr", "0.17", "-cdr", "0.5", "-rjr")
+    server.train()
+    arrays, attrs = read_results(server.results_file())
+    uploads = arrays["lag_num_uploads"]
+    assert attrs["complete"]
+    assert len(uploads) == 7 and arrays["lag_conflict_scores"].shape[0] == 7 and len(arrays["lag_scored"]) == 7
+    assert (uploads == 0).any()                                   # the case that used to crash
+    assert not arrays["lag_scored"][uploads < 2].any()            # rounds without a pair are marked unscored
+    assert not arrays["lag_conflict_scores"][uploads < 2].any()
+
+
+def test_rows_line_up_with_rounds_when_the_first_rounds_upload_nothing(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-gr", "3")
+    server.lag_selector = None  # as a server whose candidate layers are only known from an upload
+    server.receive_models = lambda base=server.receive_models: _receive_nothing_before_round(server, base, 2)
+    server.train()
+    arrays, _ = read_results(server.results_file())
+    assert arrays["lag_num_uploads"].tolist()[:2] == [0, 0]
+    assert arrays["lag_scored"].tolist()[:2] == [False, False]
+    assert arrays["lag_conflict_scores"].shape[0] == arrays["lag_personal"].shape[0] == 4
+
+
+def _receive_nothing_before_round(server, receive, first_round):
+    if server.current_round < first_round:
+        server.selected_clients = []
+    receive()
+
+
+@pytest.mark.parametrize("algorithm, flags, layers", [
+    ("LG-FedAvg+LAG", ("--lag_granularity", "module"), 1),   # LG-FedAvg shares only the head: one module
+    ("FedLAG", ("--lag_top_k", "100", "--lag_granularity", "module"), 4),
+    ("FedLAG", ("--lag_top_k", "8", "--lag_granularity", "tensor"), 8),
+])
+def test_a_k_that_would_personalise_every_shared_layer_is_refused(data_dir, tmp_path, algorithm, flags, layers):
+    with pytest.raises(LagError, match=rf"would keep every one of the {layers} layers .* \(Local\)"):
+        server_for(data_dir, tmp_path, "-algo", algorithm, "-m", "CNN", *flags)
+
+
+def test_warmup_longer_than_the_run_and_zero_warmup_are_refused_at_parse_time(data_dir, tmp_path, capsys):
+    for flags, message in ((("-gr", "4", "--lag_warmup", "9"), "--lag_warmup 9 is longer than the run"),
+                           (("-gr", "4", "--lag_warmup", "0"), "--lag_warmup must be >= 1")):
+        with pytest.raises(SystemExit):
+            server_for(data_dir, tmp_path, "-algo", "FedLAG", "--lag_schedule", "warmup", *flags)
+        assert message in capsys.readouterr().err
+    with pytest.raises(LagError, match="--lag_warmup 9 is longer"):
+        LagSettings(schedule="warmup", warmup=9).check(global_rounds=4)

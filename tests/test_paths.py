@@ -15,3 +15,13 @@ def test_locations_outside_the_repository_are_kept_as_given(tmp_path):
     config = portable_config({"data_dir": str(tmp_path)})
     assert config["data_dir"] == str(tmp_path)
     assert recorded_location(config["data_dir"]) == tmp_path
+
+
+def test_names_that_would_leave_their_folder_are_refused():
+    import pytest
+    from utils.paths import check_name
+    for good in ("MNIST-dir0.1", "quick-CNN", "a.b"):
+        assert check_name(good, "-go") == good
+    for bad, reason in (("../x", "path separator"), ("a\\b", "path separator"), ("..", "'..'"), ("", "empty")):
+        with pytest.raises(ValueError, match=reason):
+            check_name(bad, "-go")

@@ -64,10 +64,10 @@ def test_markdown_is_table1_layout_with_the_best_in_bold(batch):
     runs, _ = load_runs(find_runs([batch]))
     lines = markdown_table(group_runs(runs), "best").splitlines()
     assert lines[0] == "| method | MNIST Dir(0.1) | MNIST Dir(1) |"
-    assert lines[2] == "| FedLAG | **80.00 ± 8.16** | 30.00 ± 0.00 |"
-    assert lines[3] == "| FedAvg | 70.00 ± 8.16 | **40.00 ± 0.00** |"
+    assert lines[2] == "| FedLAG | **80.00 ± 8.16** | 30.00 |"
+    assert lines[3] == "| FedAvg | 70.00 ± 8.16 | **40.00** |"
     final = markdown_table(group_runs(runs), "final").splitlines()
-    assert final[3] == "| FedAvg | 65.00 ± 10.80 | **40.00 ± 0.00** |"
+    assert final[3] == "| FedAvg | 65.00 ± 10.80 | **40.00** |"
 
 
 def test_partition_comes_from_the_dataset_config_when_there_is_one(tmp_path):
@@ -93,7 +93,7 @@ def test_report_command_writes_tables_and_plots(batch, tmp_path, capsys):
     rows = list(csv.reader(open(out / "table.csv")))
     assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(1) best",
                        "MNIST Dir(1) final"]
-    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "40.00 ± 0.00", "40.00 ± 0.00"]
+    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "40.00", "40.00"]
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert float(summary[1]["final_std"]) == pytest.approx(0.1080123, abs=1e-7)
     pngs = sorted(p.name for p in out.glob("*.png"))
@@ -165,13 +165,14 @@ def test_one_row_per_algorithm_when_goals_only_differ_by_dataset(tmp_path):
     runs, _ = load_runs(find_runs([tmp_path]))
     lines = markdown_table(group_runs(runs)).splitlines()
     assert lines[0] == "| method | MNIST Dir(0.1) | Cifar10 Dir(0.1) |" and len(lines) == 4   # the paper's order
-    assert lines[3] == "| FedAvg | **50.00 ± 0.00** | **30.00 ± 0.00** |"
+    assert lines[3] == "| FedAvg | **50.00** | **30.00** |"
     assert models_note(group_runs(runs)) == "Models: MNIST Dir(0.1): DNN; Cifar10 Dir(0.1): CNN."
     write_run(tmp_path, "MNIST-dir0.1", "FedAvg", 0, [0.6], goal="other")   # now a cell has two goals
     runs, _ = load_runs(find_runs([tmp_path]))
     labels = [line.split(" | ")[0][2:] for line in markdown_table(group_runs(runs)).splitlines()[2:]]
-    assert labels == ["FedAvg (other)", "FedLAG (paper-CNN)", "FedAvg (paper-CNN)", "FedLAG (paper-DNN)",
-                      "FedAvg (paper-DNN)"]
+    # Rows split by goal also name the flags that differ between them (here the model).
+    assert labels == ["FedAvg (other; -m CNN)", "FedLAG (paper-CNN; -m CNN)", "FedAvg (paper-CNN; -m CNN)",
+                      "FedLAG (paper-DNN; -m DNN)", "FedAvg (paper-DNN; -m DNN)"]
 
 
 def constant_curve(level: float):

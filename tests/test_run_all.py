@@ -23,13 +23,13 @@ def test_runs_builds_data_reports_a_failure_then_skips_what_is_complete(tmp_path
     out = first.stdout
     assert first.returncode == 1, out + first.stderr
     assert "2 runs: 1 done, 0 skipped (complete), 1 failed" in out
-    assert "FAILED Digits-dir1.0_NoSuchAlgo_t-DNN_0 (exit 2): error: unknown algorithm 'NoSuchAlgo'" in out
-    log = results / "logs" / "Digits-dir1.0_NoSuchAlgo_t-DNN_0.log"
+    assert "FAILED Digits-dir1.0-nc6_NoSuchAlgo_t-DNN_0 (exit 2): error: unknown algorithm 'NoSuchAlgo'" in out
+    log = results / "logs" / "Digits-dir1.0-nc6_NoSuchAlgo_t-DNN_0.log"
     assert f"log: {log}" in out and "unknown algorithm" in log.read_text()
-    assert "round 1/1" in (results / "logs" / "Digits-dir1.0_FedAvg_t-DNN_0.log").read_text()
-    config = (data / "Digits-dir1.0" / "config.json").read_text()   # built by the generator
+    assert "round 1/1" in (results / "logs" / "Digits-dir1.0-nc6_FedAvg_t-DNN_0.log").read_text()
+    config = (data / "Digits-dir1.0-nc6" / "config.json").read_text()   # built by the generator
     assert '"alpha": 1.0' in config and '"num_clients": 6' in config
-    done = results / "Digits-dir1.0_FedAvg_t-DNN_0.h5"
+    done = results / "Digits-dir1.0-nc6_FedAvg_t-DNN_0.h5"
     with h5py.File(done, "r") as f:
         assert bool(f.attrs["complete"]) and '"num_clients": 6' in f.attrs["config"]
     stamp = done.stat().st_mtime_ns
@@ -53,8 +53,8 @@ def test_grid_file_sets_the_runs_and_flags_override_it(tmp_path):
     assert plan.returncode == 0, plan.stderr
     runs = [line for line in plan.stdout.splitlines() if line.startswith("    python")]
     assert len(runs) == 4   # 2 algorithms x 2 partitions x 1 seed (flag over grid)
-    assert "MNIST-iid_FedRep+LAG_tiny-CNN_4" in plan.stdout
-    rep = next(r for r in runs if "FedRep+LAG" in r and "MNIST-dir0.1" in r)
+    assert "MNIST-iid-nc5_FedRep+LAG_tiny-CNN_4" in plan.stdout   # 5 clients: the folder says so
+    rep = next(r for r in runs if "FedRep+LAG" in r and "MNIST-dir0.1-nc5" in r)
     assert "-gr 3 -nc 5" in rep and "-go tiny-CNN --seed 0 -pv 4 -t 5" in rep and rep.endswith("-lbs 16 -pls 2")
     assert "-pls" not in next(r for r in runs if "-algo FedAvg" in r)
 

@@ -6,10 +6,15 @@ Layout (PFLlib's): ``dataset/<name>/config.json``, ``dataset/<name>/train/<id>.n
 Each ``.npz`` holds two plain arrays, ``x`` (float32, N x C x H x W) and ``y`` (int64, N), so it
 loads with ``allow_pickle=False``. PFLlib's legacy files store one pickled dict under the key
 ``data``; :func:`read_client_arrays` still reads them, through an unpickler that accepts NumPy
-arrays and nothing else.
+arrays and nothing else. Before any array is allocated, its header's shape and dtype are checked
+against the bytes the file really holds, so a corrupt header cannot ask for terabytes.
+
+``config.json`` records, per split, the :func:`content_hash` of every client's arrays
+(``content_sha256``), so a loader can tell that the files are the ones the generator wrote.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import pickle
@@ -45,6 +50,7 @@ def read_client_arrays(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
         raise DatasetFileError(f"missing client file {path}")
     try:
+        check_npz_headers(path)
         with np.load(path, allow_pickle=False) as npz:
             keys = set(npz.files)
             if {"x", "y"} <= keys:
@@ -54,9 +60,51 @@ def read_client_arrays(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     except DatasetFileError:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise DatasetFileError(f"cannot read {path}: {err}; the file is truncated or corrupt, "
-                               f"regenerate the dataset") from err
+        raise DatasetFileError(f"cannot read {path}: {err}; the file is truncated or corrupt") from err
     raise DatasetFileError(f"{path} holds keys {sorted(keys)}, expected 'x' and 'y'")
+
+
+def check_npz_headers(path: Path) -> None:
+    """Refuse an ``.npz`` whose array headers claim more bytes than its members hold.
+
+    ``np.load`` allocates the array a header describes before reading it; a damaged or hostile header
+    (shape ``(10**12,)``) would exhaust memory instead of failing. Each ``.npy`` member's header is
+    parsed here and its ``shape x itemsize`` compared with the member's size in the archive, and a
+    stored (uncompressed) member's size with the size of the file on disk.
+    """
+    disk_size = Path(path).stat().st_size
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size > disk_size:
+                raise DatasetFileError(f"{path}: member {info.filename} claims {info.file_size} bytes but the "
+                                       f"file has {disk_size}; the file is truncated or corrupt")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                               (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                if read_header is None:
+                    raise DatasetFileError(f"{path}: member {info.filename} has .npy format version {version}, "
+                                           f"expected 1.0 or 2.0; the file is corrupt")
+                shape, _, dtype = read_header(member)
+            if dtype.hasobject:
+                continue  # a pickled member: its size is bounded by the bytes read, checked when unpickled
+            needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if needed > info.file_size:
+                raise DatasetFileError(f"{path}: member {info.filename} claims an array of shape {shape} and "
+                                       f"dtype {dtype} ({needed} bytes) but holds {info.file_size} bytes; the "
+                                       f"file is truncated or corrupt")
+
+
+def content_hash(x: np.ndarray, y: np.ndarray) -> str:
+    """SHA-256 of two arrays' dtypes, shapes and values (not of the file: zip timestamps vary)."""
+    digest = hashlib.sha256()
+    for arr in (x, y):
+        arr = np.ascontiguousarray(arr)
+        digest.update(f"{arr.dtype.str}{arr.shape};".encode())
+        digest.update(arr.tobytes())
+    return digest.hexdigest()
 
 
 class _ArraysOnlyUnpickler(pickle.Unpickler):
@@ -102,15 +150,25 @@ def write_config(root: Path, config: Dict[str, Any]) -> None:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     with atomic_path(root / CONFIG_NAME) as tmp:
-        Path(tmp).write_text(json.dumps(config, indent=2) + "\n")
+        Path(tmp).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def read_config(root: Path) -> Dict[str, Any]:
+    """The dataset's ``config.json`` as a dict; a missing, corrupt or non-object file raises
+    :class:`DatasetFileError`, as does a ``num_clients`` that is not a positive whole number."""
     path = Path(root) / CONFIG_NAME
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DatasetFileError(f"missing {path}") from None
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DatasetFileError(f"corrupt {path}: {err}") from err
-
+    except OSError as err:
+        raise DatasetFileError(f"cannot read {path}: {err.strerror or err}") from err
+    if not isinstance(config, dict):
+        raise DatasetFileError(f"{path} holds a JSON {type(config).__name__}, expected an object "
+                               f"with num_clients, num_classes, ...")
+    clients = config.get("num_clients")
+    if "num_clients" in config and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
+        raise DatasetFileError(f"{path}: num_clients is {clients!r}, expected a positive whole number")
+    return config

@@ -7,18 +7,25 @@ PFLlib's positional argv is kept (``noniid balance dir``) and named options are 
 
 Pipeline: raw arrays -> label partition (``partition.py``) -> per-client shuffled 75/25
 train/test split -> ``dataset/<name>/{train,test}/<id>.npz`` + ``config.json``.
+
+A dataset is built in a temporary sibling folder and renamed into place when complete, so an
+interrupted build never leaves old and new files mixed; a folder that holds another split is only
+replaced with ``--force``. ``config.json`` records a content hash of every client's arrays.
 """
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dataset.utils.client_files import (DatasetFileError, client_file, read_config,
-                                        write_client_arrays, write_config)
+from dataset.utils.atomic_io import create_temp_dir, replace_folder
+from dataset.utils.client_files import (CONFIG_NAME, DatasetFileError, client_file, content_hash,
+                                        read_client_arrays, read_config, write_client_arrays,
+                                        write_config)
 from dataset.utils.partition import (PARTITIONS, PFLLIB_BATCH_SIZE, PartitionError, partition,
                                      split_train_test)
 
@@ -41,8 +48,20 @@ class PartitionOptions:
     min_samples: Optional[int] = None  # None: PFLlib's rule (partition.least_samples)
 
 
+# What build_dataset writes into a dataset folder; anything else there (e.g. downloaded ``rawdata/``)
+# is carried over when the folder is rebuilt.
+LAYOUT = (CONFIG_NAME, "train", "test")
+
+
+class GenerateError(ValueError):
+    """The generator was asked for something it must not do (e.g. overwrite another split)."""
+
+
 def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
-               default_min_samples: Optional[int]) -> argparse.Namespace:
+               default_min_samples: Optional[int],
+               defaults: Optional[PartitionOptions] = None) -> argparse.Namespace:
+    """PFLlib's positional argv plus named options; ``defaults`` (if given) sets the option defaults."""
+    base = defaults or PartitionOptions(class_per_client=default_class_per_client, min_samples=default_min_samples)
     parser = argparse.ArgumentParser(
         prog=f"generate_{name}.py",
         description=f"Partition {name} into per-client train/test files under dataset/<name>/.")
@@ -53,21 +72,23 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
     parser.add_argument("partition", nargs="?", default="dir",
                         help=f"one of {', '.join(p for p in PARTITIONS if p != 'iid')}; '-' with iid "
                              "(PFLlib argv[3])")
-    parser.add_argument("--num-clients", type=int, default=20)
-    parser.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration (dir, exdir)")
-    parser.add_argument("--class-per-client", type=int, default=default_class_per_client,
+    parser.add_argument("--num-clients", type=int, default=base.num_clients)
+    parser.add_argument("--alpha", type=float, default=base.alpha, help="Dirichlet concentration (dir, exdir)")
+    parser.add_argument("--class-per-client", type=int, default=base.class_per_client,
                         help="classes per client (pat, exdir)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the partition (PFLlib uses 1)")
-    parser.add_argument("--min-samples", type=int, default=default_min_samples,
+    parser.add_argument("--seed", type=int, default=base.seed, help="seed of the partition (PFLlib uses 1)")
+    parser.add_argument("--min-samples", type=int, default=base.min_samples,
                         help="smallest client a Dirichlet split may produce (default: PFLlib's "
                              "min(40, samples / clients / 2))")
     parser.add_argument("--source", type=Path, default=None,
                         help="build from a local .npz with uint8 'x' and 'y' instead of downloading")
-    parser.add_argument("--name", default=name,
+    parser.add_argument("--name", default=None,
                         help="folder to write, i.e. the -data name (default: the dataset's name)")
     parser.add_argument("--root", type=Path, default=DATASET_ROOT,
                         help="parent folder of the dataset folder (default: dataset/)")
-    parser.add_argument("--force", action="store_true", help="rewrite even if the same split exists")
+    parser.add_argument("--force", action="store_true",
+                        help="rebuild even if the folder already holds this split, and replace a folder "
+                             "that holds another split (refused without --force)")
     return parser.parse_args(list(argv))
 
 
@@ -83,18 +104,34 @@ def options_from_args(args: argparse.Namespace) -> PartitionOptions:
 
 
 def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_per_client: int = 2,
-         default_min_samples: Optional[int] = None) -> int:
-    """Entry point of a generator script; returns the process exit code."""
-    args = parse_args(argv, name, default_class_per_client, default_min_samples)
+         default_min_samples: Optional[int] = None, defaults: Optional[PartitionOptions] = None,
+         folder_for: Optional[Callable[[PartitionOptions], str]] = None) -> int:
+    """Entry point of a generator script; returns the process exit code.
+
+    ``defaults`` sets the options' defaults; ``folder_for(options)`` names the folder when ``--name``
+    is not given (default: ``name``) and may raise :class:`GenerateError` to demand a ``--name``.
+    """
+    args = parse_args(argv, name, default_class_per_client, default_min_samples, defaults)
     try:
         options = options_from_args(args)
-        out = args.root / args.name
-        if not args.force and existing_split_matches(out, options):
-            print(f"{out} already holds this split; nothing to do (use --force to rewrite)")
-            return 0
+        folder = args.name if args.name is not None else (folder_for(options) if folder_for else name)
+        if not folder or "/" in folder or "\\" in folder or ".." in folder:
+            raise GenerateError(f"--name {folder!r} must be a plain folder name (no '/' or '..'); "
+                                f"--root sets the parent folder")
+        out = Path(args.root) / folder
+        if out.exists() and not out.is_dir():
+            raise GenerateError(f"{out} is a file, not a folder; pass another --name or --root")
+        if not args.force:
+            state = existing_split_state(out, options)
+            if state == "complete":
+                print(f"{out} already holds this split; nothing to do (use --force to rewrite)")
+                return 0
+            if state.startswith("different"):
+                raise GenerateError(f"{out} holds another split ({state[len('different: '):]}); pass --force "
+                                    f"to replace it, or --name to write another folder")
         x, y = load_raw(args.source, DATASET_ROOT / name / "rawdata")
         config = build_dataset(out, x, y, options, source=name)
-    except (PartitionError, DatasetFileError, FileNotFoundError) as err:
+    except (PartitionError, DatasetFileError, GenerateError, FileNotFoundError) as err:
         print(f"error: {err}")
         return 2
     print(f"wrote {config['num_clients']} clients to {out} "
@@ -102,19 +139,69 @@ def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_p
     return 0
 
 
-def existing_split_matches(out: Path, options: PartitionOptions) -> bool:
+def split_differences(config: dict, options: PartitionOptions) -> List[str]:
+    """The partition parameters in which ``config`` differs from ``options``, as ``key X (asked Y)``."""
+    return [f"{key} {config.get(key)!r} (asked {value!r})" for key, value in asdict(options).items()
+            if config.get(key) != value]
+
+
+def existing_split_state(out: Path, options: PartitionOptions) -> str:
+    """What folder ``out`` holds, compared with the split ``options`` asks for.
+
+    ``"absent"`` (no readable ``config.json``: no split to lose), ``"complete"`` (this split, every
+    file present and, where the config records hashes, intact), ``"damaged"`` (this split, files
+    missing or altered) or ``"different: <the differing parameters>"``.
+    """
     try:
         config = read_config(out)
     except DatasetFileError:
-        return False
-    same = all(config.get(key) == value for key, value in asdict(options).items())
-    return same and all(client_file(out, split, i).is_file()
-                        for split in ("train", "test") for i in range(options.num_clients))
+        return "absent"
+    differences = split_differences(config, options)
+    if differences:
+        return "different: " + ", ".join(differences)
+    return "complete" if verify_files(out, config) is None else "damaged"
+
+
+def existing_split_matches(out: Path, options: PartitionOptions) -> bool:
+    """True when ``out`` holds exactly this split, every file present and intact."""
+    return existing_split_state(out, options) == "complete"
+
+
+def verify_files(root: Path, config: dict) -> Optional[str]:
+    """``None`` when every client file under ``root`` matches ``config`` (sample counts, and content
+    hashes where the config records them), else what does not."""
+    hashes = config.get("content_sha256") or {}
+    for split in ("train", "test"):
+        sizes = config.get(f"{split}_samples")
+        expected = hashes.get(split)
+        for i in range(config.get("num_clients", 0)):
+            path = client_file(root, split, i)
+            if not path.is_file():
+                return f"{path} is missing"
+            if sizes is None and expected is None:
+                continue
+            try:
+                x, y = read_client_arrays(path)
+            except DatasetFileError as err:
+                return str(err)
+            if sizes is not None and (i >= len(sizes) or len(y) != sizes[i]):
+                return f"{path} holds {len(y)} samples, not the number config.json records"
+            if expected is not None and (i >= len(expected) or content_hash(x, y) != expected[i]):
+                return f"{path} differs from the file the generator wrote"
+    return None
 
 
 def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOptions, *,
-                  source: str = "", num_classes: Optional[int] = None) -> dict:
-    """Partition ``(x, y)`` and write every client's files and the config; returns the config."""
+                  source: str = "", num_classes: Optional[int] = None, replace: bool = True) -> dict:
+    """Partition ``(x, y)`` and write every client's files and the config; returns the config.
+
+    Everything is written into a temporary sibling of ``out`` that is renamed into place once complete:
+    ``out`` never holds a mix of two builds, and an interrupted build leaves it as it was. With
+    ``replace`` a folder already at ``out`` is replaced (entries other than the dataset's own, such as
+    ``rawdata/``, are kept); without it, a folder that appeared meanwhile (another process building the
+    same split) is kept and this build discarded.
+    """
+    out = Path(out)
     y = np.asarray(y, dtype=np.int64)
     num_classes = int(y.max()) + 1 if num_classes is None else num_classes
     rng = np.random.default_rng(options.seed)
@@ -125,13 +212,39 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     if too_small:
         raise PartitionError(f"clients {too_small[:5]} received fewer than 2 samples; lower "
                              f"--num-clients or change the partition")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = create_temp_dir(out.parent, f".{out.name}.building-")
+    try:
+        config = _write_clients(work, x, y, parts, rng, options, source, num_classes)
+        if replace:
+            keep = tuple(p.name for p in out.iterdir() if p.name not in LAYOUT) if out.is_dir() else ()
+            replace_folder(work, out, keep=keep)
+        else:
+            try:
+                work.rename(out)
+            except OSError:
+                if not (out / CONFIG_NAME).is_file():
+                    raise
+                return read_config(out)  # built meanwhile by another process; its files are checked on load
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+    return config
+
+
+def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndarray],
+                   rng: np.random.Generator, options: PartitionOptions, source: str, num_classes: int) -> dict:
+    """Split each client 75/25, write its two files and, last, ``config.json`` into ``work``."""
     train_sizes: List[int] = []
     test_sizes: List[int] = []
+    hashes: dict = {"train": [], "test": []}
     label_stats = []
     for client_id, indices in enumerate(parts):
         train_idx, test_idx = split_train_test(indices, rng)
-        write_client_arrays(client_file(out, "train", client_id), x[train_idx], y[train_idx])
-        write_client_arrays(client_file(out, "test", client_id), x[test_idx], y[test_idx])
+        for split, idx in (("train", train_idx), ("test", test_idx)):
+            xs, ys = np.ascontiguousarray(x[idx]), np.ascontiguousarray(y[idx])
+            write_client_arrays(client_file(work, split, client_id), xs, ys)
+            hashes[split].append(content_hash(xs, ys))
         train_sizes.append(len(train_idx))
         test_sizes.append(len(test_idx))
         # Train-only counts: PFLlib mixes test samples into these statistics (issue #194).
@@ -139,10 +252,21 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
         label_stats.append([[int(k), int(c)] for k, c in zip(labels, counts)])
     config = dict(asdict(options), num_classes=num_classes, input_shape=list(x.shape[1:]),
                   batch_size=PFLLIB_BATCH_SIZE, train_samples=train_sizes, test_samples=test_sizes,
-                  source=source)
+                  source=source, content_sha256=hashes)
     config["Size of samples for labels in clients"] = label_stats
-    write_config(out, config)
+    write_config(work, config)
     return config
+
+
+def folder_suggestion(base: str, options: PartitionOptions, default: PartitionOptions) -> str:
+    """A folder name for a non-default split, in ``run_all.sh``'s convention: ``<base>-<partition>``,
+    plus ``-nc<N>`` when the client count is not the default one (``Digits-dir0.5-nc10``)."""
+    token = {"iid": "iid", "pat": f"pat{options.class_per_client}",
+             "dir": f"dir{options.alpha:g}", "exdir": f"exdir{options.alpha:g}"}[options.partition]
+    same_partition = all(getattr(options, f.name) == getattr(default, f.name) for f in fields(options)
+                         if f.name in ("non_iid", "partition", "alpha", "class_per_client"))
+    name = base if same_partition else f"{base}-{token}"
+    return name if options.num_clients == default.num_clients else f"{name}-nc{options.num_clients}"
 
 
 def images_to_float(x: np.ndarray, max_value: float = 255.0) -> np.ndarray:
@@ -176,12 +300,55 @@ def torchvision_loader(class_name: str, **kwargs) -> RawLoader:
     return load
 
 
+class DownloadError(DatasetFileError):
+    """A dataset could not be downloaded; the message names ``--source`` as the offline way."""
+
+
+SOURCE_HINT = ("build it offline with --source FILE.npz, a NumPy file holding uint8 images 'x' "
+               "(N x H x W or N x H x W x C) and integer labels 'y'")
+
+
 def load_torchvision(dataset_cls, raw_dir: Path, **kwargs) -> Tuple[np.ndarray, np.ndarray]:
     """Download a torchvision dataset into ``raw_dir`` and merge its train and test splits.
 
-    The split is merged because every client's data is re-split 75/25 after partitioning.
+    The split is merged because every client's data is re-split 75/25 after partitioning. When the
+    download fails, whatever it created under ``raw_dir`` (and ``raw_dir`` itself, and any parent
+    folder it had to make) is removed, and :class:`DownloadError` says how to build the data offline.
     """
-    parts = [dataset_cls(str(raw_dir), train=train, download=True, **kwargs) for train in (True, False)]
+    raw_dir = Path(raw_dir)
+    created_top = _first_missing_ancestor(raw_dir)
+    existed = set(raw_dir.rglob("*")) if created_top is None else set()
+    try:
+        parts = [dataset_cls(str(raw_dir), train=train, download=True, **kwargs) for train in (True, False)]
+    except BaseException as err:
+        _remove_new_paths(raw_dir, created_top, existed)
+        if isinstance(err, (OSError, RuntimeError)):
+            reason = " ".join(str(getattr(err, "reason", None) or err).split())[:200]
+            raise DownloadError(f"could not download {dataset_cls.__name__} ({reason}); {SOURCE_HINT}") from None
+        raise
     x = np.concatenate([np.asarray(p.data) for p in parts])
     y = np.concatenate([np.asarray(p.targets) for p in parts])
     return images_to_float(x), y.astype(np.int64)
+
+
+def _first_missing_ancestor(path: Path) -> Optional[Path]:
+    """The top-most of ``path`` and its parents that does not exist yet (None when ``path`` exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_new_paths(raw_dir: Path, created_top: Optional[Path], existed: set) -> None:
+    """Undo a failed download: the folders it created, or the files it added to an existing ``raw_dir``."""
+    if created_top is not None:
+        shutil.rmtree(created_top, ignore_errors=True)
+        return
+    # Deepest first, so folders are empty when their turn comes.
+    for path in sorted(set(raw_dir.rglob("*")) - existed, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

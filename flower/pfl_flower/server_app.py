@@ -6,12 +6,15 @@ over the connected SuperNodes, and writes
 
 * ``<results-dir>/<dataset>_FedLAG_<goal>_0.h5``: the project's result file (``rs_test_acc`` ...,
   ``lag_layer_names``, ``lag_conflict_scores`` (rounds x layers), ``lag_personal`` (the choice made
-  at the end of each round), ``lag_num_uploads``), with the run configuration as JSON attributes;
+  at the end of each round), ``lag_num_uploads``, ``rs_failed_nodes`` (per round, the sampled nodes
+  whose training failed or never replied)), with the run configuration as JSON attributes; it is
+  marked ``complete`` only when no node failed (else ``failures`` lists them), and is written, marked
+  incomplete, when the run stops with an error;
 * ``<results-dir>/<dataset>_FedLAG_<goal>_0.global.npz``: the final global (averaged) model.
 """
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 import numpy as np
@@ -35,27 +38,39 @@ def main(grid: Grid, context: Context) -> None:
     args = task.project_args(context, repo)
     model = task.build_model(args)
     run = context.run_config
-    min_nodes = int(run.get("min-nodes", 2))
-    num_rounds = int(run.get("num-server-rounds", 3))
+    min_nodes = task.run_int(context, "min-nodes", 2, 1)
+    num_rounds = task.run_int(context, "num-server-rounds", 3, 1)
     strategy = FedLagStrategy(LagSettings.from_args(args), [n for n, _ in model.named_parameters()],
-                              num_rounds=num_rounds, eval_gap=int(run.get("eval-gap", 1)),
-                              fraction_train=float(run.get("fraction-train", 1.0)),
-                              fraction_evaluate=float(run.get("fraction-evaluate", 1.0)),
+                              num_rounds=num_rounds, eval_gap=task.run_int(context, "eval-gap", 1, 1),
+                              fraction_train=task.run_fraction(context, "fraction-train", 1.0),
+                              fraction_evaluate=task.run_fraction(context, "fraction-evaluate", 1.0),
                               min_train_nodes=min_nodes, min_evaluate_nodes=min_nodes,
                               min_available_nodes=min_nodes)
-    result = strategy.start(grid=grid, initial_arrays=task.to_record(model.state_dict()),
-                            num_rounds=num_rounds,
-                            train_config=ConfigRecord(), evaluate_config=ConfigRecord())
-
     path = result_path(Path(args.results_dir), args.dataset, task.ALGORITHM, args.goal, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     attrs = {"config": vars(args), "flower_run_config": dict(run), "engine": "flower", "run": 0,
-             "algorithm": task.ALGORITHM, "dataset": args.dataset,
-             "rounds_done": len(strategy.history["uploads"]), "complete": True}
-    write_results(path, strategy.result_arrays(), attrs)
+             "algorithm": task.ALGORITHM, "dataset": args.dataset}
+    try:
+        result = strategy.start(grid=grid, initial_arrays=task.to_record(model.state_dict()),
+                                num_rounds=num_rounds,
+                                train_config=ConfigRecord(), evaluate_config=ConfigRecord())
+    except Exception:
+        # Keep the rounds done (marked incomplete, with the failures seen) before Flower records the error;
+        # a failure to do so is logged and never hides the run's own error.
+        try:
+            write_results(path, strategy.result_arrays(), {**attrs, **strategy.run_status(), "complete": False})
+            log(INFO, "FedLAG results so far written to %s (incomplete)", path)
+        except Exception as not_written:  # noqa: BLE001
+            log(WARNING, "could not write the results so far to %s: %s", path, not_written)
+        raise
+    # complete only when every node sampled in every round replied; else the failures are listed.
+    write_results(path, strategy.result_arrays(), {**attrs, **strategy.run_status()})
     arrays = result.arrays if result.arrays else task.to_record(model.state_dict())  # no round aggregated
     final = {name: tensor.numpy() for name, tensor in task.from_record(arrays).items()}
     model_path = path.with_suffix(".global.npz")
     np.savez(model_path.with_suffix(".tmp.npz"), **final)
     model_path.with_suffix(".tmp.npz").replace(model_path)
+    if strategy.failures:
+        log(WARNING, "%d node replies failed or never came (listed in the .h5's 'failures'); the results are "
+            "not marked complete", len(strategy.failures))
     log(INFO, "FedLAG results written to %s and %s", path, model_path)

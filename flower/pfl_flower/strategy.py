@@ -6,8 +6,8 @@ Each round (``Strategy.start`` drives it):
   ``config["lag-personal"]`` names the parameter tensors every client must keep as its own;
 * ``aggregate_train``: from the replies (sorted by partition, so the result does not depend on
   arrival order) the per-layer conflict scores are computed with the project's
-  ``flcore.lag.conflict`` on the clients' updates, the personal set is chosen (top-K, ``every_round``
-  or ``warmup``), and every tensor is averaged sample-weighted with ``flcore.aggregation`` (FedAvg).
+  ``flcore.lag.conflict`` on the clients' updates, the personal set is chosen by the project's ``LayerSelector``
+  (the same rule and history as ``LayerConflictMixin``), and every tensor is averaged sample-weighted with ``flcore.aggregation`` (FedAvg).
   Personal layers are averaged too, only to initialise clients that never held a copy: clients never
   load them over their own (see ``client_app``);
 * ``configure_evaluate`` / ``aggregate_evaluate``: every node tests the model it holds after the
@@ -31,8 +31,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from flcore.aggregation import sample_weights, weighted_average
-from flcore.lag.conflict import build_layers, conflict_scores, stack_layer_updates
-from flcore.lag.mixin import LagSettings
+from flcore.lag.conflict import build_layers, layer_evidence, stack_layer_updates
+from flcore.lag.selector import LagSettings, LayerSelector
 from utils.metrics import ClientTestStats, summarize
 
 from . import task
@@ -55,13 +55,18 @@ class FedLagStrategy(FedAvg):
         if settings.signal != "delta":
             raise ValueError("the Flower app scores the update theta_after - theta_start (--lag_signal delta)")
         self.lag = settings
-        self.layers = build_layers(list(parameter_names), settings.granularity)
-        self.personal: Tuple[int, ...] = ()
-        self.score_total: Optional[torch.Tensor] = None
-        self.rounds_scored = 0
-        self.history: Dict[str, list] = {"scores": [], "personal": [], "uploads": [], "round_time": [],
+        # The layer choice is the same object LayerConflictMixin uses: same rule, same history.
+        self.selector = LayerSelector(settings, build_layers(list(parameter_names), settings.granularity))
+        self.layers = self.selector.layers
+        self.history: Dict[str, list] = {"round_time": [],
                                           "test_acc": [], "test_auc": [], "train_loss": [], "client_acc": [],
-                                          "eval_round": [], "clients": []}
+                                          "eval_round": [], "clients": [], "failed_train": [],
+                                          "failed_evaluate": []}
+        # Every sampled node whose reply was an error or never came: {"round", "phase", "node",
+        # "partition" (-1 if it never replied), "reason"}. A run with any is not marked complete.
+        self.failures: List[dict] = []
+        self._sent: Dict[str, List[int]] = {"train": [], "evaluate": []}  # node ids messaged this round
+        self._partition_of: Dict[int, int] = {}  # node id -> partition id, from its replies
         self._round_start = 0.0
 
     def summary(self) -> None:
@@ -72,7 +77,7 @@ class FedLagStrategy(FedAvg):
     # ----- names -----------------------------------------------------------------------------------------
     def personal_names(self) -> List[str]:
         """Parameter tensors currently kept personal on every client."""
-        return [name for i in self.personal for name in self.layers[i].tensors]
+        return self.selector.personal_names()
 
     def _with_personal(self, config: ConfigRecord) -> ConfigRecord:
         config["lag-personal"] = " ".join(self.personal_names())
@@ -82,12 +87,16 @@ class FedLagStrategy(FedAvg):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._round_start = time.perf_counter()
-        return super().configure_train(server_round, arrays, self._with_personal(config), grid)
+        messages = list(super().configure_train(server_round, arrays, self._with_personal(config), grid))
+        self._sent["train"] = [m.metadata.dst_node_id for m in messages]
+        return messages
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> Tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        contents = _sorted_contents(replies, "aggregate_train")
+        contents = self._collect(server_round, replies, "train")
         if not contents:
+            self.selector.observe(None, None, uploads=0)  # the round still gets its row
+            self.history["round_time"].append(time.perf_counter() - self._round_start)
             return None, None
         states = [task.from_record(c["arrays"]) for c in contents]
         updates = [task.from_record(c["update"]) for c in contents]
@@ -96,37 +105,35 @@ class FedLagStrategy(FedAvg):
             if any(set(s) != set(state[0]) for s in state):
                 raise ValueError(f"clients replied with different tensor names in {name!r}")
 
-        scored = len(updates) >= 2  # a single client has no pair to conflict with
-        scores = (conflict_scores(stack_layer_updates(updates, self.layers), self.lag.xi) if scored
-                  else torch.zeros(len(self.layers), dtype=torch.int64))
-        self._choose(scores, scored)
+        # A single client has no pair to conflict with: the round is recorded, unscored.
+        evidence = (layer_evidence(stack_layer_updates(updates, self.layers), self.lag.xi) if len(updates) >= 2
+                    else (None, None))
+        self.selector.observe(*evidence, uploads=len(updates))
+        for note in self.selector.notes:
+            log(WARNING, "\t└──> %s", note)
+        self.selector.notes.clear()
         average = weighted_average(states, sample_weights(counts))
-
-        chosen = np.zeros(len(self.layers), dtype=bool)
-        chosen[list(self.personal)] = True
-        self.history["scores"].append(scores.numpy())
-        self.history["personal"].append(chosen)
-        self.history["uploads"].append(len(updates))
         self.history["round_time"].append(time.perf_counter() - self._round_start)
         log(INFO, "\t└──> FedLAG round %d: conflict scores %s; personal: %s", server_round,
-            scores.tolist(), self.personal_names() or "none")
+            self.selector.history["scores"][-1].tolist(), self.personal_names() or "none")
         return task.to_record(average), MetricRecord({"num-uploads": len(updates)})
 
-    def _choose(self, scores: torch.Tensor, scored: bool) -> None:
-        """The personal set after this round (the rule of ``LayerConflictMixin``)."""
-        self.personal, self.score_total = self.lag.next_personal(scores, scored, self.rounds_scored, self.personal,
-                                                                 self.score_total)
-        self.rounds_scored += 1
+    @property
+    def personal(self) -> Tuple[int, ...]:
+        return self.selector.personal
 
     # ----- evaluation --------------------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if server_round % self.eval_gap and server_round != self.num_rounds:
+            self._sent["evaluate"] = []
             return []
-        return super().configure_evaluate(server_round, arrays, self._with_personal(config), grid)
+        messages = list(super().configure_evaluate(server_round, arrays, self._with_personal(config), grid))
+        self._sent["evaluate"] = [m.metadata.dst_node_id for m in messages]
+        return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
-        contents = _sorted_contents(replies, "aggregate_evaluate")
+        contents = self._collect(server_round, replies, "evaluate")
         if not contents:
             return None
         metrics = [c["metrics"] for c in contents]
@@ -144,10 +151,7 @@ class FedLagStrategy(FedAvg):
     # ----- results -----------------------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:
         """The project's result arrays (``rs_*``, ``lag_*``), as ``LayerConflictMixin.lag_results``."""
-        h, width = self.history, len(self.layers)
-
-        def rows(key: str, dtype) -> np.ndarray:
-            return np.stack(h[key]).astype(dtype) if h[key] else np.zeros((0, width), dtype=dtype)
+        h = self.history
         same_clients = len({tuple(c) for c in h["clients"]}) <= 1
         return {"rs_test_acc": np.asarray(h["test_acc"], dtype=float),
                 "rs_test_auc": np.asarray(h["test_auc"], dtype=float),
@@ -158,26 +162,47 @@ class FedLagStrategy(FedAvg):
                 "rs_client_ids": (np.asarray(h["clients"], dtype=np.int64) if h["clients"] and same_clients
                                   else np.zeros((0, 0), dtype=np.int64)),
                 "rs_round_time": np.asarray(h["round_time"], dtype=float),
-                "lag_layer_names": np.asarray([layer.name for layer in self.layers]),
-                "lag_conflict_scores": rows("scores", np.int64),
-                "lag_personal": rows("personal", bool),
-                "lag_num_uploads": np.asarray(h["uploads"], dtype=np.int64)}
+                **{name: np.asarray(value) for name, value in self.selector.result_arrays().items()},
+                "rs_failed_nodes": np.asarray(h["failed_train"], dtype=np.int64),
+                "rs_failed_evaluate_nodes": np.asarray(h["failed_evaluate"], dtype=np.int64)}
 
+    def run_status(self) -> Dict[str, object]:
+        """The result file's status attributes: ``complete`` only if no sampled node failed or went
+        missing, ``failures`` (each: round, phase, node, partition, reason), ``rounds_done``."""
+        return {"complete": not self.failures, "failures": list(self.failures),
+                "rounds_done": len(self.selector.history["uploads"])}
 
-def _sorted_contents(replies: Iterable[Message], where: str) -> list:
-    """The contents of the replies without errors, ordered by the clients' partition ids.
+    # ----- replies -----------------------------------------------------------------------------------------
+    def _collect(self, server_round: int, replies: Iterable[Message], phase: str) -> list:
+        """The contents of the replies without errors, ordered by the clients' partition ids.
 
-    A round in which every node failed stops the run (with the first node's error), rather than
-    carrying on with an unchanged model and writing results that look complete.
-    """
-    contents, errors = [], []
-    for msg in replies:
-        if msg.has_error():
-            errors.append(f"node {msg.metadata.src_node_id}: {msg.error.reason}")
-            log(WARNING, "%s: %s", where, errors[-1])
-        else:
-            contents.append(msg.content)
-    log(INFO, "%s: %d replies, %d errors", where, len(contents), len(errors))
-    if errors and not contents:
-        raise RuntimeError(f"{where}: every node failed; first error: {errors[0]}")
-    return sorted(contents, key=lambda c: int(c["metrics"]["partition-id"]))
+        Every sampled node that replied with an error, or did not reply, is recorded in
+        :attr:`failures` (and counted in ``rs_failed_nodes`` / ``rs_failed_evaluate_nodes``), so that a
+        result missing some clients is never written as complete. A round in which no sampled node
+        answered stops the run (with the first node's error), rather than carrying on with an unchanged
+        model.
+        """
+        contents, errors, replied = [], [], set()
+        for msg in replies:
+            node = int(msg.metadata.src_node_id)
+            replied.add(node)
+            if msg.has_error():
+                errors.append((node, str(msg.error.reason)))
+            else:
+                contents.append(msg.content)
+                self._partition_of[node] = int(msg.content["metrics"]["partition-id"])
+        missing = [n for n in self._sent[phase] if n not in replied]
+        self._sent[phase] = []
+        failed = errors + [(node, "no reply (the node left, or did not answer in time)") for node in missing]
+        for node, reason in failed:
+            self.failures.append({"round": server_round, "phase": phase, "node": node,
+                                  "partition": self._partition_of.get(node, -1), "reason": reason})
+            log(WARNING, "aggregate_%s: round %d: node %d (partition %d) failed: %s", phase, server_round, node,
+                self._partition_of.get(node, -1), reason)
+        self.history[f"failed_{phase}"].append(len(failed))
+        log(INFO, "aggregate_%s: %d replies, %d failed", phase, len(contents), len(failed))
+        if failed and not contents:
+            raise RuntimeError(f"aggregate_{phase}: every node failed; first error: node {failed[0][0]}: "
+                               f"{failed[0][1]}")
+        return sorted(contents, key=lambda c: int(c["metrics"]["partition-id"]))
+

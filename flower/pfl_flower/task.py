@@ -84,6 +84,55 @@ def results_dir(context: Context, repo: Path) -> Path:
     return _folder(context, "results-dir", repo, "results")
 
 
+# Run-config key -> the project flag (``utils.options``, by its dest) it becomes; used to build the
+# command line and to say which run-config key a refused value came from.
+RUN_FLAGS = {"dataset": "dataset", "model": "model", "num-clients": "num_clients", "batch-size": "batch_size",
+             "learning-rate": "local_learning_rate", "local-epochs": "local_epochs", "seed": "seed",
+             "device": "device", "goal": "goal", "data-dir": "data_dir", "results-dir": "results_dir",
+             "lag-top-k": "lag_top_k", "lag-xi": "lag_xi", "lag-schedule": "lag_schedule",
+             "lag-warmup": "lag_warmup", "lag-granularity": "lag_granularity", "lag-decay": "lag_decay",
+             "lag-margin": "lag_margin"}
+
+
+def run_int(context: Context, key: str, default: int, minimum: int):
+    """An integer run-config value of at least ``minimum``; anything else is the project's ConfigError
+    naming the key (never argparse's SystemExit, which Flower would record as a completed run)."""
+    return _run_number(context, key, default, int, f"an integer >= {minimum}", lambda v: v >= minimum)
+
+
+def run_fraction(context: Context, key: str, default: float):
+    """A run-config number in [0, 1] (see :func:`run_int`)."""
+    return _run_number(context, key, default, float, "a number in [0, 1]", lambda v: 0 <= v <= 1)
+
+
+def _run_number(context: Context, key: str, default, kind, wanted: str, ok):
+    from flcore.servers.serverbase import ConfigError
+    value = context.run_config.get(key, default)
+    number = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and (kind is float or float(value).is_integer()):
+        number = kind(value)
+    if number is None or not ok(number):
+        raise ConfigError(f"run config: {key} must be {wanted}, got {value!r}; set it in [tool.flwr.app.config] "
+                          f"or with flwr run -c '{key}=...'")
+    return number
+
+
+def in_run_config_terms(message: str) -> str:
+    """``message`` with the project's flags (``-lr/--local_learning_rate``, ``--lag_top_k``) replaced by
+    the run-config keys they come from (``learning-rate``, ``lag-top-k``)."""
+    import re
+    from utils.options import build_parser
+
+    keys = {dest: key for key, dest in RUN_FLAGS.items()}
+    for action in build_parser()._actions:
+        key = keys.get(action.dest)
+        if key is None or not action.option_strings:
+            continue
+        for spelling in ["/".join(action.option_strings), *sorted(action.option_strings, key=len, reverse=True)]:
+            message = re.sub(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", key, message)
+    return message
+
+
 def project_args(context: Context, repo: Path):
     """The project's parsed and resolved flags (``utils.options``, ``flcore.runner.prepare``) for this run.
 
@@ -91,24 +140,49 @@ def project_args(context: Context, repo: Path):
     embedded Digits dataset is built with that many on first use, as ``system/main.py`` does.
     ``-gr`` is ``num-server-rounds - 1``: main.py trains rounds 0..gr, so both count the same rounds
     (and ``--lag_warmup``'s default, min(gr // 2, 30), is the same).
+
+    A value the project refuses raises the project's error (a ``ValueError``, e.g. ``ConfigError``)
+    with the run-config key named, e.g. ``lag-top-k must be >= 0``: Flower then records the run as
+    failed with that message.
     """
+    import contextlib
     from flcore.runner import prepare
+    from flcore.lag.selector import LagSettings
     from utils.options import parse_args
 
     run = context.run_config
-    warmup = int(run.get("lag-warmup", -1))
-    argv = ["-algo", ALGORITHM, "-data", str(run.get("dataset", "Digits")), "-m", str(run.get("model", "CNN")),
-            "-nc", str(run.get("num-clients", 20)), "-gr", str(max(int(run.get("num-server-rounds", 3)) - 1, 0)),
-            "-lbs", str(run.get("batch-size", 10)), "-lr", str(run.get("learning-rate", 0.005)),
-            "-ls", str(run.get("local-epochs", 1)), "--seed", str(run.get("seed", 0)),
-            "-dev", str(setting(context, "device", "cpu")), "-go", str(run.get("goal", "flower")),
-            "--data_dir", str(data_dir(context, repo)), "--results_dir", str(results_dir(context, repo)),
-            "--lag_top_k", str(run.get("lag-top-k", 2)), "--lag_xi", str(run.get("lag-xi", 0.0)),
-            "--lag_schedule", str(run.get("lag-schedule", "every_round")),
-            "--lag_granularity", str(run.get("lag-granularity", "tensor"))]
+    rounds = run_int(context, "num-server-rounds", 3, 1)
+    warmup = run_int(context, "lag-warmup", -1, -1)
+    values = {"dataset": run.get("dataset", "Digits"), "model": run.get("model", "CNN"),
+              "num-clients": run.get("num-clients", 20), "batch-size": run.get("batch-size", 10),
+              "learning-rate": run.get("learning-rate", 0.005), "local-epochs": run.get("local-epochs", 1),
+              "seed": run.get("seed", 0), "device": setting(context, "device", "cpu"),
+              "goal": run.get("goal", "flower"), "data-dir": data_dir(context, repo),
+              "results-dir": results_dir(context, repo)}
+    # The FedLAG keys default to LagSettings, the one definition of the --lag_* flags.
+    lag = LagSettings()
+    for key in ("lag-top-k", "lag-xi", "lag-schedule", "lag-granularity", "lag-decay", "lag-margin"):
+        values[key] = run.get(key, getattr(lag, RUN_FLAGS[key][len("lag_"):]))
     if warmup >= 0:
-        argv += ["--lag_warmup", str(warmup)]
-    args, note = prepare(parse_args(argv))
+        values["lag-warmup"] = warmup
+    argv = ["-algo", ALGORITHM, "-gr", str(rounds - 1)]
+    for key, value in values.items():
+        argv += [f"--{RUN_FLAGS[key]}", str(value)]
+    refused = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(refused):
+            parsed = parse_args(argv)
+    except SystemExit:
+        # argparse printed its usage and "main.py: error: <what>" to stderr; keep <what>, in run-config terms.
+        from flcore.servers.serverbase import ConfigError
+        lines = refused.getvalue().strip().splitlines() or ["invalid value"]
+        what = lines[-1].split("error: ", 1)[-1]
+        raise ConfigError(f"run config: {in_run_config_terms(what)}; set it in [tool.flwr.app.config] or with "
+                          "flwr run -c 'key=value'") from None
+    try:
+        args, note = prepare(parsed)
+    except ValueError as err:  # the project's own errors (ConfigError, DatasetError ...) are ValueErrors
+        raise type(err)(f"run config: {in_run_config_terms(str(err))}") from None
     if note:
         print(f"note: {note}")
     return args
@@ -147,11 +221,17 @@ def client_data(args, client_id: int):
     return _DATA[key]
 
 
-def partition_id(context: Context) -> int:
+def partition_id(context: Context, num_clients: int) -> int:
+    """This SuperNode's client id: ``partition-id`` in its ``--node-config``, in 0..num_clients-1."""
     value = context.node_config.get("partition-id")
     if value is None:
         raise SetupError("the SuperNode has no partition-id; start it with --node-config 'partition-id=N'")
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < num_clients:
+        # A node outside the run's clients would train on data the run never meant to use.
+        raise SetupError(f"this SuperNode's partition-id {value!r} is not a client of the run: num-clients is "
+                         f"{num_clients}, so partition-id must be an integer in 0..{num_clients - 1}; restart the "
+                         "node with another --node-config 'partition-id=N', or raise num-clients in the run config")
+    return value
 
 
 def build_client(context: Context):
@@ -161,7 +241,7 @@ def build_client(context: Context):
 
     args = project_args(context, repo)
     server_class, _ = resolve(ALGORITHM)
-    cid = partition_id(context)
+    cid = partition_id(context, args.num_clients)
     train, test = client_data(args, cid)
     return server_class.client_class(args, cid, train, test, build_model(args))
 

@@ -45,21 +45,6 @@ NO_LAG: Dict[str, str] = {
     "FedMTL": "FedMTL has no server-side average",
 }
 
-LAG_FLAGS = (
-    # (flag, argparse keywords); defaults and meaning as in the project's FEDLAG.md section A.
-    ("--lag_top_k", dict(type=int, default=2, help="FedLAG: personalised layers K (0 = the base method)")),
-    ("--lag_xi", dict(type=float, default=0.0, help="FedLAG: cosine threshold xi in [-1, 0]")),
-    ("--lag_schedule", dict(default="every_round", choices=("every_round", "warmup"),
-                            help="FedLAG: re-select every round, or freeze after a warm-up")),
-    ("--lag_warmup", dict(type=int, default=None,
-                          help="FedLAG: warm-up rounds W (default min(gr // 2, 30)); warmup schedule only")),
-    ("--lag_granularity", dict(default="tensor", choices=("tensor", "module"),
-                               help="FedLAG: a layer is one tensor or one module")),
-    ("--lag_signal", dict(default="delta", choices=("delta", "last_batch"),
-                          help="FedLAG: update scored: round delta or last minibatch gradient")),
-)
-
-
 class DispatchError(ValueError):
     """main.py's ``run`` cannot be read or has no branch for the requested algorithm."""
 
@@ -217,19 +202,10 @@ def compose(server_class: type, label: str) -> type:
 
 
 # ----- main.py hook ----------------------------------------------------------------------------------
-def add_lag_arguments(parser) -> None:
-    """The FedLAG flags; a flag the parser already has (a user's own copy) is left alone."""
-    existing = getattr(parser, "_option_string_actions", {})
-    missing = [(flag, kw) for flag, kw in LAG_FLAGS if flag not in existing]
-    if missing:
-        group = parser.add_argument_group("FedLAG (-algo FedLAG or -algo X+LAG)")
-        for flag, kw in missing:
-            group.add_argument(flag, **kw)
-
-
 def install_lag(parser, namespace: dict) -> None:
     """Called from main.py's marked block: add the flags and wrap ``namespace['run']``."""
-    add_lag_arguments(parser)
+    from flcore.lag.selector import add_lag_arguments  # the project's one definition of the --lag_* flags
+    add_lag_arguments(parser.add_argument_group("FedLAG (-algo FedLAG or -algo X+LAG)"))
     run = namespace.get("run")
     if not callable(run):
         raise SystemExit("FedLAG: main.py defines no run(args) function; re-run patches/apply_pfllib.py")

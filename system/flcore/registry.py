@@ -6,9 +6,10 @@ algorithm's optional dependency never slows down or breaks another.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
-from typing import Dict, Tuple, Type
+from typing import Dict, Iterable, List, Optional, Tuple, Type
 
 LAG_SUFFIX = "+LAG"
 
@@ -68,8 +69,64 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
 }
 
 
+# The README's Algorithms table: how --help groups the -algo names.
+ALGORITHM_GROUPS: Dict[str, Tuple[str, ...]] = {
+    "reference": ("FedAvg", "Local", "FedLAG"),
+    "layer split / personal heads": ("FedPer", "FedRep", "FedBABU", "LG-FedAvg", "FedROD", "FedBN", "GPFL",
+                                     "FedCP", "FedDBE", "FedPAC", "FedAS", "FedGH"),
+    "regularised / full model": ("FedProx", "FedDyn", "MOON", "SCAFFOLD", "FedNTD", "FedLC", "FedALA",
+                                 "FedCAC"),
+    "personalised copies": ("Ditto", "APFL", "pFedMe", "PerAvg", "FedPHP", "FedAMP", "FedFomo"),
+    "knowledge sharing": ("FedProto", "FD"),
+}
+
+
 class UnknownAlgorithmError(ValueError):
     pass
+
+
+# Below this similarity (difflib's ratio, 0..1) a suggestion is more likely noise than help.
+SUGGESTION_CUTOFF = 0.7
+
+
+def closest_names(name: str, choices: Iterable[str]) -> List[str]:
+    """The valid names ``name`` was probably meant to be (several when they tie), or [].
+
+    A case-insensitive match wins (``fedlag`` -> ``FedLAG``); otherwise the most similar names by
+    difflib's ratio, compared in lower case so that case never costs similarity.
+    """
+    by_lower = {c.lower(): c for c in choices}
+    wanted = name.lower()
+    if wanted in by_lower:
+        return [by_lower[wanted]]
+    scores = {low: difflib.SequenceMatcher(None, wanted, low).ratio() for low in by_lower}
+    top = max(scores.values(), default=0.0)
+    if top < SUGGESTION_CUTOFF:
+        return []
+    return [by_lower[low] for low, score in scores.items() if score == top]
+
+
+def closest_name(name: str, choices: Iterable[str]) -> Optional[str]:
+    """The single most likely meant name (the first of :func:`closest_names`), or None."""
+    names = closest_names(name, choices)
+    return names[0] if names else None
+
+
+def unknown_name_message(kind: str, name: str, choices: Iterable[str], listing: str = "",
+                         where_listed: str = "") -> str:
+    """``unknown <kind> 'x'; did you mean 'y'?`` (plus ``where_listed``, saying where the full list is),
+    or, with no close name, the valid names (``listing`` replaces the plain comma-separated list)."""
+    choices = list(choices)
+    guesses = closest_names(name, choices)
+    if guesses:
+        return f"unknown {kind} {name!r}; did you mean {' or '.join(map(repr, guesses))}?{where_listed}"
+    return f"unknown {kind} {name!r}; choose one of: {listing or ', '.join(choices)}"
+
+
+def algorithms_by_group() -> str:
+    """The ``-algo`` names as the README's Algorithms table groups them, on one line."""
+    parts = [f"{group}: {', '.join(names)}" for group, names in ALGORITHM_GROUPS.items()]
+    return "; ".join(parts) + f"; or X{LAG_SUFFIX} for any X that shares parameters"
 
 
 def lag_composable(spec: AlgorithmSpec) -> bool:
@@ -91,7 +148,9 @@ def resolve(name: str) -> Tuple[Type, AlgorithmSpec]:
     base_name = lag_base(name)
     spec = ALGORITHMS.get(base_name)
     if spec is None:
-        raise UnknownAlgorithmError(f"unknown algorithm {name!r}; choose one of: {', '.join(valid_names())}")
+        raise UnknownAlgorithmError(unknown_name_message(
+            "algorithm", name, valid_names(), algorithms_by_group(),
+            f" (all {len(valid_names())}: python system/main.py --help)"))
     if base_name != name and not lag_composable(spec):
         raise UnknownAlgorithmError(f"{name} is refused: {spec.no_lag_reason}")
     server_class = _import(spec.server)

@@ -6,10 +6,14 @@ import copy
 
 import torch
 
+from flcore.lag.selector import default_warmup
 from flcore.registry import resolve
-from flcore.servers.serverbase import ConfigError
+from flcore.servers.serverbase import ConfigError, run_results_file
 from flcore.trainmodel.models import build_model, split_head
 from utils.data_utils import DatasetError, dataset_info, ensure_default_dataset
+from utils.paths import RESULTS_DIR, check_name, display_path
+from utils.result_utils import check_unlocked, writable_problem
+from utils.options import check_model_name
 from utils.seeding import seed_everything
 
 
@@ -39,7 +43,13 @@ def prepare(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     """
     resolved = copy.copy(args)
     resolved.device, note = resolve_device(args.device, args.device_id)
+    check_name(args.goal, "-go/--goal", ConfigError)  # part of the result file's name
+    if args.threads:
+        # The intra-op thread count changes float reductions, so it is part of what makes a run repeatable.
+        torch.set_num_threads(args.threads)
     resolve(args.algorithm)
+    check_model_name(args.model)  # before any dataset is built or read
+    check_results_dir(args.results_dir)
     ensure_default_dataset(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
     info = dataset_info(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
     if resolved.num_classes is None:
@@ -48,12 +58,25 @@ def prepare(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
         raise DatasetError(f"-ncl {resolved.num_classes} is below the {info.num_classes} classes of "
                            f"{args.dataset}; omit -ncl to use the dataset's count")
     if resolved.lag_warmup is None:
-        resolved.lag_warmup = min(args.global_rounds // 2, 30)
+        resolved.lag_warmup = default_warmup(args.global_rounds)
     return resolved, note
 
 
+def check_results_dir(results_dir) -> None:
+    """Refuse, before any data is read, a results folder where no file can be written."""
+    folder = results_dir or RESULTS_DIR
+    problem = writable_problem(folder)
+    if problem:
+        raise ConfigError(f"--results_dir {display_path(folder)}: cannot write there ({problem}); "
+                          f"choose a writable folder")
+
+
 def build_server(args: argparse.Namespace, run: int = 0):
-    """Seed run ``run`` with ``seed + run`` and build its server (model, clients and their data)."""
+    """Seed run ``run`` with ``seed + run`` and build its server (model, clients and their data).
+
+    A results name in use by another live run is refused here, before the data is read.
+    """
+    check_unlocked(run_results_file(args, run))
     run_args = copy.copy(args)
     run_args.seed = args.seed + run
     seed_everything(run_args.seed)

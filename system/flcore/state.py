@@ -6,6 +6,10 @@ executors that move a client's state to a worker and back. Objects that must kee
 
 Supported values: ``nn.Module``, ``torch.optim.Optimizer``, LR schedulers, ``torch.Generator``,
 ``numpy.random.Generator``, tensors, NumPy arrays, dicts, lists, tuples, numbers, strings, None.
+
+Loading trusts nothing in the saved state: only the attribute names the owner declares are restored,
+and :func:`check_value` compares the saved structure (kinds, module keys, tensor shapes and dtypes)
+with the live objects before anything is changed, so a state that does not fit is refused whole.
 """
 from __future__ import annotations
 
@@ -91,10 +95,134 @@ def _bit_generator_state(rng: np.random.Generator) -> dict:
     return export_value(rng.bit_generator.state)
 
 
+class StateError(ValueError):
+    """A saved state does not fit the live objects; the message names the first attribute that differs."""
+
+
+def check_value(current: Any, saved: Any, where: str) -> None:
+    """Raise :class:`StateError` if ``saved`` cannot be loaded into ``current`` without changing its kind
+    or shape. Containers are compared by their common keys, since their sizes legitimately grow (the
+    history) or fill up (optimiser moments, masks that appear after the first round)."""
+    tag = _tag_of(saved)
+    if isinstance(current, nn.Module):
+        _expect(tag == _MODULE, where, "a model")
+        _check_tensors(current.state_dict(), saved[_MODULE], where, exact_keys=True)
+    elif isinstance(current, torch.optim.Optimizer):
+        _expect(tag == _OPTIMIZER and isinstance(saved[_OPTIMIZER], dict), where, "an optimiser state")
+        _check_optimizer(current, saved[_OPTIMIZER], where)
+    elif isinstance(current, torch.optim.lr_scheduler.LRScheduler):
+        _expect(tag == _SCHEDULER and isinstance(saved[_SCHEDULER], dict), where, "a scheduler state")
+    elif isinstance(current, torch.Generator):
+        _expect(tag == _GENERATOR and isinstance(saved[_GENERATOR], torch.Tensor), where, "a torch generator")
+        _check_tensor(current.get_state(), saved[_GENERATOR], where)
+    elif isinstance(current, np.random.Generator):
+        _expect(tag == _NP_GENERATOR and isinstance(saved[_NP_GENERATOR], dict), where, "a NumPy generator")
+        _expect(saved[_NP_GENERATOR].get("bit_generator") == current.bit_generator.state["bit_generator"],
+                where, f"a {current.bit_generator.state['bit_generator']} NumPy generator")
+    elif current is None:
+        # Nothing live to compare with (e.g. a tensor set after the first round); but objects restored
+        # in place need an object to restore into.
+        _expect(tag in (None, _NDARRAY, _TUPLE), where, "a plain value (no live object to load it into)")
+    elif saved is None:
+        return  # an optional value that was unset when saved
+    elif isinstance(current, torch.Tensor):
+        _expect(isinstance(saved, torch.Tensor), where, "a tensor")
+        _check_tensor(current, saved, where)
+    elif isinstance(current, np.ndarray):
+        _expect(tag == _NDARRAY and isinstance(saved[_NDARRAY], torch.Tensor), where, "an array")
+        _expect(tuple(saved[_NDARRAY].shape) == current.shape, where,
+                f"shape {tuple(current.shape)}, not {tuple(saved[_NDARRAY].shape)}")
+    elif isinstance(current, dict):
+        _expect(isinstance(saved, dict) and tag is None, where, "a dict")
+        for key in saved.keys() & current.keys():
+            check_value(current[key], saved[key], f"{where}[{key!r}]")
+    elif isinstance(current, (list, tuple)):
+        items = saved[_TUPLE] if tag == _TUPLE else saved
+        _expect(isinstance(items, list), where, "a list")
+        for i, (live, item) in enumerate(zip(current, items)):
+            check_value(live, item, f"{where}[{i}]")
+    elif isinstance(current, (bool, int, float, np.integer, np.floating, np.bool_)):
+        _expect(isinstance(saved, (bool, int, float)), where, "a number")
+    elif isinstance(current, str):
+        _expect(isinstance(saved, str), where, "a string")
+
+
 def export_attrs(owner: Any, names) -> dict:
+    """``{name: export_value(owner.name)}`` for each of ``names``."""
     return {name: export_value(getattr(owner, name)) for name in names}
 
 
-def import_attrs(owner: Any, saved: dict) -> None:
-    for name, value in saved.items():
-        setattr(owner, name, import_value(getattr(owner, name, None), value))
+def check_attrs(owner: Any, saved: Any, names, where: str = "") -> None:
+    """Raise :class:`StateError` unless ``saved`` holds exactly the attributes ``names``, each loadable
+    into ``owner``'s live value (see :func:`check_value`)."""
+    prefix = f"{where}." if where else ""
+    if not isinstance(saved, dict):
+        raise StateError(f"{where or 'state'}: expected a dict of attributes, found {type(saved).__name__}")
+    unknown, missing = sorted(set(saved) - set(names)), [n for n in names if n not in saved]
+    if unknown:
+        raise StateError(f"{prefix}{unknown[0]}: not an attribute this object saves")
+    if missing:
+        raise StateError(f"{prefix}{missing[0]}: missing")
+    for name in names:
+        check_value(getattr(owner, name, None), saved[name], prefix + name)
+
+
+def import_attrs(owner: Any, saved: dict, names) -> None:
+    """Restore the attributes ``names`` of ``owner`` from ``saved`` (an :func:`export_attrs` output).
+
+    Checked first, in full, so that a state that does not fit (:class:`StateError`) changes nothing;
+    a name outside ``names`` is refused, never set.
+    """
+    check_attrs(owner, saved, names)
+    for name in names:
+        setattr(owner, name, import_value(getattr(owner, name, None), saved[name]))
+
+
+def _tag_of(saved: Any):
+    if isinstance(saved, dict) and len(saved) == 1:
+        key = next(iter(saved))
+        if key in (_MODULE, _OPTIMIZER, _SCHEDULER, _GENERATOR, _NP_GENERATOR, _NDARRAY, _TUPLE):
+            return key
+    return None
+
+
+def _expect(ok: bool, where: str, what: str) -> None:
+    if not ok:
+        raise StateError(f"{where}: expected {what}")
+
+
+def _check_tensor(live: torch.Tensor, saved: Any, where: str) -> None:
+    _expect(isinstance(saved, torch.Tensor), where, "a tensor")
+    if tuple(saved.shape) != tuple(live.shape) or saved.dtype != live.dtype:
+        raise StateError(f"{where}: shape {tuple(saved.shape)} {saved.dtype} in the saved state, "
+                         f"{tuple(live.shape)} {live.dtype} here")
+
+
+def _check_tensors(live: dict, saved: Any, where: str, exact_keys: bool) -> None:
+    _expect(isinstance(saved, dict), where, "named tensors")
+    if exact_keys and set(saved) != set(live):
+        extra, absent = sorted(set(saved) - set(live)), sorted(set(live) - set(saved))
+        raise StateError(f"{where}: " + (f"unexpected tensor {extra[0]!r}" if extra else f"missing tensor {absent[0]!r}"))
+    for key in saved.keys() & live.keys():
+        _check_tensor(live[key], saved[key], f"{where}.{key}")
+
+
+def _check_optimizer(current: torch.optim.Optimizer, saved: dict, where: str) -> None:
+    groups = saved.get("param_groups")
+    _expect(isinstance(groups, list) and len(groups) == len(current.param_groups), where,
+            f"{len(current.param_groups)} parameter group(s)")
+    params = [p for group in current.param_groups for p in group["params"]]
+    for saved_group, group in zip(groups, current.param_groups):
+        _expect(isinstance(saved_group, dict) and len(saved_group.get("params", ())) == len(group["params"]),
+                where, f"{len(group['params'])} parameter(s) per group")
+    state = saved.get("state", {})
+    _expect(isinstance(state, dict), where, "an optimiser state dict")
+    for index, entry in state.items():
+        _expect(isinstance(index, int) and 0 <= index < len(params) and isinstance(entry, dict), where,
+                f"per-parameter state for parameters 0..{len(params) - 1}")
+        for key, value in entry.items():
+            # Per-element moments (momentum, Adam's averages) have the parameter's shape; counters are scalars.
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                if tuple(value.shape) != tuple(params[index].shape):
+                    raise StateError(f"{where}.state[{index}][{key!r}]: shape {tuple(value.shape)}, parameter "
+                                     f"{tuple(params[index].shape)}")

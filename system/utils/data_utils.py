@@ -6,18 +6,21 @@ device) and a batch is one indexed gather.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import shlex
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
-from utils.paths import DATASET_DIR, display_path, make_importable
+from utils.paths import DATASET_DIR, check_name, display_path, make_importable
 
 make_importable()
-from dataset.utils.client_files import (DatasetFileError, client_file, read_client_arrays,  # noqa: E402
-                                        read_config)
+from dataset.utils.client_files import (DatasetFileError, client_file, content_hash,  # noqa: E402
+                                        read_client_arrays, read_config)
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -55,6 +58,11 @@ class ClientData:
 
 @dataclass(frozen=True)
 class DatasetInfo:
+    """A dataset folder as its ``config.json`` describes it, and the command that rebuilds it.
+
+    ``train_sha256`` / ``test_sha256``: each client file's content hash as the generator recorded it
+    (None for folders built before hashes were recorded: only sample counts are checked then).
+    """
     name: str
     root: Path
     num_clients: int
@@ -62,72 +70,292 @@ class DatasetInfo:
     input_shape: Tuple[int, int, int]
     train_samples: Tuple[int, ...]
     test_samples: Tuple[int, ...]
+    train_sha256: Optional[Tuple[str, ...]] = None
+    test_sha256: Optional[Tuple[str, ...]] = None
+    rebuild: str = ""
 
 
-def generate_command(name: str, num_clients: int) -> str:
-    script = DATASET_DIR / f"generate_{name}.py"
-    if script.is_file():
-        return f"python dataset/generate_{name}.py noniid - dir --num-clients {num_clients}"
-    return f"a generator that writes dataset/{name}/{{train,test}}/<id>.npz and config.json"
+def generate_command(name: str, num_clients: int, data_root: Optional[Path] = None) -> str:
+    """The command that builds the missing folder ``<data_root>/<name>`` for ``num_clients`` clients
+    (partition parameters spelled in a ``run_all.sh`` name, ``MNIST-dir0.1-nc10``, are kept)."""
+    folder = Path(data_root or DATASET_DIR) / name
+    command = rebuild_command(folder, _split_from_name(name, num_clients), exists=False)
+    if command.startswith("python ") and _generator_of(name, {}) != "Digits":
+        command += " (offline: add --source FILE.npz holding uint8 x and labels y)"
+    return command
+
+
+def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
+    """The exact generator command that (re)builds ``folder`` with the partition ``split`` (a config
+    or :class:`PartitionOptions` as a dict): its client count, scheme, alpha, seed, name and root;
+    ``--force`` when the folder exists, since the generator keeps an existing folder otherwise."""
+    folder = Path(folder)
+    base = _generator_of(folder.name, split)
+    if base is None:
+        return f"a generator that writes {display_path(folder)}/{{train,test}}/<id>.npz and config.json"
+    non_iid = split.get("non_iid", True) is not False
+    scheme = split.get("partition", "dir") if non_iid else "iid"
+    words = ["python", f"dataset/generate_{base}.py", "noniid" if non_iid else "iid",
+             "balance" if split.get("balance") is True else "-", scheme if non_iid else "-",
+             "--num-clients", str(split.get("num_clients", 20))]
+    if scheme in ("dir", "exdir") and split.get("alpha") is not None:
+        words += ["--alpha", str(split["alpha"])]
+    if scheme in ("pat", "exdir") and split.get("class_per_client") is not None:
+        words += ["--class-per-client", str(split["class_per_client"])]
+    if split.get("seed", 1) != 1:
+        words += ["--seed", str(split["seed"])]
+    if split.get("min_samples") is not None:
+        words += ["--min-samples", str(split["min_samples"])]
+    if folder.name != base:
+        words += ["--name", folder.name]
+    if folder.parent.resolve() != DATASET_DIR.resolve():
+        words += ["--root", display_path(folder.parent)]
+    if exists:
+        words.append("--force")
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _generator_of(name: str, split: Mapping) -> Optional[str]:
+    """The ``dataset/generate_<base>.py`` that builds folder ``name``: the config's ``source``, else the
+    longest ``-``-separated prefix of the name with a generator (``MNIST-dir0.1`` -> ``MNIST``)."""
+    source = split.get("source")
+    parts = name.split("-")
+    candidates = ([source] if isinstance(source, str) else []) + ["-".join(parts[:k]) for k in range(len(parts), 0, -1)]
+    for base in candidates:
+        if base and "/" not in base and "\\" not in base and (DATASET_DIR / f"generate_{base}.py").is_file():
+            return base
+    return None
+
+
+def _split_from_name(name: str, num_clients: int) -> dict:
+    """Partition parameters a folder name spells in ``run_all.sh``'s convention (``<base>-<partition>``,
+    optionally ``-nc<N>``); the Digits folders hold the default split."""
+    base = _generator_of(name, {})
+    if base == "Digits":
+        digits = _digits()
+        clients = num_clients
+        if name != "Digits" and name.startswith("Digits-nc") and name[len("Digits-nc"):].isdigit():
+            clients = int(name[len("Digits-nc"):])
+        if name == digits.digits_folder(clients):
+            return asdict(digits.digits_options(clients))
+    split: dict = {"num_clients": num_clients}
+    if base is None or name == base:
+        return split
+    words = name[len(base) + 1:].split("-")
+    if words and words[-1].startswith("nc") and words[-1][2:].isdigit():
+        split["num_clients"] = int(words.pop()[2:])
+    token = "-".join(words)
+    for scheme, key in (("exdir", "alpha"), ("dir", "alpha"), ("pat", "class_per_client"), ("iid", None)):
+        if token.startswith(scheme):
+            value = token[len(scheme):]
+            if key is None and not value:
+                split.update(non_iid=False, partition="iid")
+            elif key == "alpha" and _is_number(value):
+                split.update(partition=scheme, alpha=float(value))
+            elif key == "class_per_client" and value.isdigit():
+                split.update(partition=scheme, class_per_client=int(value))
+            break
+    return split
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _digits():
+    """The embedded dataset's generator module (its default split and folder names)."""
+    import dataset.generate_Digits as digits
+    return digits
+
+
+def _data_root(data_dir: Optional[Path]) -> Path:
+    root = Path(data_dir or DATASET_DIR)
+    if root.exists() and not root.is_dir():
+        raise DatasetError(f"--data_dir {display_path(root)} is a file, not a folder; pass the folder that "
+                           f"holds <dataset>/ (default: dataset/)")
+    return root
+
+
+def dataset_folder(name: str, clients_needed: int, data_dir: Optional[Path] = None) -> Path:
+    """The folder ``-data name`` reads for a run of ``clients_needed`` clients (-nc plus -nnc).
+
+    ``name`` must be a plain folder name (no separator, no ``..``). For the embedded Digits this is
+    ``Digits`` (the documented 20-client split) or, for another client count, ``Digits-nc<N>``.
+    """
+    check_name(name, "-data", DatasetError)
+    root = _data_root(data_dir)
+    if name == "Digits":
+        return root / _digits().digits_folder(clients_needed)
+    return root / name
+
+
+def _closest_dataset(name: str, data_root: Path) -> Optional[str]:
+    """The dataset folder or generator name ``name`` was probably meant to be (``cifar10`` -> ``Cifar10``)."""
+    from flcore.registry import closest_name
+    folders = [p.name for p in data_root.glob("*") if (p / "config.json").is_file()] if data_root.is_dir() else []
+    generators = [p.stem[len("generate_"):] for p in DATASET_DIR.glob("generate_*.py")]
+    return closest_name(name, folders + generators)
 
 
 def dataset_info(name: str, clients_needed: int, data_dir: Optional[Path] = None) -> DatasetInfo:
-    """Read ``<data_dir>/<name>/config.json`` and check it has ``clients_needed`` clients."""
-    root = Path(data_dir or DATASET_DIR) / name
+    """Read ``<data_dir>/<name>/config.json``, check it and that it has ``clients_needed`` clients.
+
+    Every problem is a :class:`DatasetError` naming the file and the command that rebuilds the folder.
+    """
+    root = dataset_folder(name, clients_needed, data_dir)
     if not root.is_dir():
+        guess = _closest_dataset(name, root.parent)
+        if guess is not None and guess != name:
+            built = (root.parent / guess).is_dir()
+            raise DatasetError(f"dataset {name!r} not found in {display_path(root)}; did you mean -data {guess}?"
+                               + ("" if built else f" Create it with: "
+                                                   f"{generate_command(guess, clients_needed, root.parent)}"))
         raise DatasetError(f"dataset {name!r} not found in {display_path(root)}; create it with: "
-                           f"{generate_command(name, clients_needed)}")
+                           f"{generate_command(root.name, clients_needed, root.parent)}")
+    expected = _split_from_name(root.name, clients_needed)
     try:
         config = read_config(root)
     except DatasetFileError as err:
-        raise DatasetError(f"{err}; regenerate with: {generate_command(name, clients_needed)}") from None
-    num_clients = int(config.get("num_clients", 0))
+        raise DatasetError(f"{err}; regenerate it with: {rebuild_command(root, expected)}") from None
+    where = display_path(root / "config.json")
+    if name == "Digits":
+        from dataset.utils.generate import split_differences
+        differences = split_differences(config, _digits().digits_options(expected["num_clients"]))
+        if differences:
+            raise DatasetError(f"{display_path(root)} holds another split than the default Digits one "
+                               f"({', '.join(differences)}); regenerate it with: {rebuild_command(root, expected)}")
+    rebuild = rebuild_command(root, config)
+    num_clients = config.get("num_clients")
+    if num_clients is None:
+        raise DatasetError(f"{where} has no num_clients; regenerate it with: {rebuild}")
     if num_clients < clients_needed:
         raise DatasetError(
             f"dataset {name!r} has {num_clients} clients but {clients_needed} are needed (-nc plus "
-            f"-nnc); lower -nc or regenerate with: {generate_command(name, clients_needed)}")
+            f"-nnc); lower -nc or regenerate it with: "
+            f"{rebuild_command(root, dict(config, num_clients=clients_needed))}")
     if "input_shape" in config and "train_samples" in config:
-        shape = tuple(config["input_shape"])
-        train, test = tuple(config["train_samples"]), tuple(config["test_samples"])
+        shape = _int_list(config, "input_shape", where, rebuild, minimum=1)
+        train = _int_list(config, "train_samples", where, rebuild, length=num_clients)
+        test = _int_list(config, "test_samples", where, rebuild, length=num_clients)
     else:  # PFLlib's config lacks shapes and sizes: read them off the files
-        shape, train, test = _shapes_from_files(root, num_clients)
+        shape, train, test = _shapes_from_files(root, num_clients, rebuild)
     if len(shape) != 3:
         raise DatasetError(f"dataset {name!r} has inputs of shape {shape}; only images (C, H, W) are supported")
     num_classes = config.get("num_classes")
+    label_max = _largest_train_label(config)
     if num_classes is None:
-        num_classes = max(int(k) for sizes in config["Size of samples for labels in clients"]
-                          for k, _ in sizes) + 1
-    return DatasetInfo(name, root, num_clients, int(num_classes), shape, train, test)
+        if label_max is None:
+            raise DatasetError(f"{where} has neither num_classes nor label counts; regenerate it with: {rebuild}")
+        num_classes = label_max + 1
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise DatasetError(f"{where}: num_classes is {num_classes!r}, expected a positive whole number; "
+                           f"regenerate it with: {rebuild}")
+    if label_max is not None and num_classes > label_max + 1:
+        _warn_once(f"warning: {where} says num_classes {num_classes} but no client's train labels go above "
+                   f"{label_max}: the model gets {num_classes - label_max - 1} outputs no sample trains; set "
+                   f"num_classes to {label_max + 1} there if the test labels do not need more")
+    hashes = config.get("content_sha256")
+    train_sha = test_sha = None
+    if isinstance(hashes, dict):
+        train_sha, test_sha = (_hash_list(hashes.get(split), num_clients) for split in ("train", "test"))
+    return DatasetInfo(name, root, num_clients, num_classes, shape, train, test, train_sha, test_sha, rebuild)
 
 
-def _shapes_from_files(root: Path, num_clients: int):
+def _int_list(config: Mapping, key: str, where: str, rebuild: str, *, length: Optional[int] = None,
+              minimum: int = 0) -> Tuple[int, ...]:
+    values = config.get(key)
+    ok = isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+                                          for v in values)
+    if not ok or (length is not None and len(values) < length):
+        wanted = f"a list of {length} whole numbers" if length is not None else "a list of whole numbers"
+        raise DatasetError(f"{where}: {key} is {str(values)[:60]}, expected {wanted}; regenerate it with: {rebuild}")
+    return tuple(values)
+
+
+def _hash_list(values, num_clients: int) -> Optional[Tuple[str, ...]]:
+    if isinstance(values, list) and len(values) >= num_clients and all(isinstance(v, str) for v in values):
+        return tuple(values)
+    return None
+
+
+def _largest_train_label(config: Mapping) -> Optional[int]:
+    """The largest label in the config's per-client train label counts, or None when it has none."""
+    stats = config.get("Size of samples for labels in clients")
+    try:
+        labels = [int(pair[0]) for sizes in stats for pair in sizes]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    return max(labels) if labels else None
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """Print a warning to stderr once per process (the config is read once per run)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(message, file=sys.stderr)
+
+
+def _shapes_from_files(root: Path, num_clients: int, rebuild: str):
     train, test, shape = [], [], None
     for i in range(num_clients):
         for split, sizes in (("train", train), ("test", test)):
-            x, _ = _read(root, split, i)
+            x, _ = _read(root, split, i, rebuild)
             sizes.append(len(x))
             shape = tuple(x.shape[1:])
     return shape, tuple(train), tuple(test)
 
 
-def _read(root: Path, split: str, client_id: int) -> Tuple[np.ndarray, np.ndarray]:
+def _read(root: Path, split: str, client_id: int, rebuild: str) -> Tuple[np.ndarray, np.ndarray]:
     try:
         return read_client_arrays(client_file(root, split, client_id))
     except DatasetFileError as err:
-        raise DatasetError(f"{err}; regenerate with: {generate_command(root.name, client_id + 1)}") from None
+        raise DatasetError(f"{err}; regenerate it with: {rebuild}") from None
 
 
 def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torch.device, *,
                      num_classes: int, few_shot: int = 0, channels_last: bool = False) -> ClientData:
-    """Read one client's ``train`` or ``test`` file into tensors on ``device``, checking it."""
-    x, y = _read(info.root, split, client_id)
-    where = f"{display_path(client_file(info.root, split, client_id))}"
+    """Read one client's ``train`` or ``test`` file into tensors on ``device``, checking it.
+
+    The file must agree with ``config.json`` (sample count, and content hash where recorded), hold
+    real-valued finite inputs of the dataset's shape and integer labels in ``[0, num_classes)``.
+    """
+    rebuild = info.rebuild or rebuild_command(info.root, {"num_clients": info.num_clients})
+    x, y = _read(info.root, split, client_id, rebuild)
+    where = display_path(client_file(info.root, split, client_id))
+    if y.dtype.kind not in "iu":
+        raise DatasetError(f"{where}: labels y have dtype {y.dtype}; they must be integers 0..C-1 "
+                           f"(regenerate it with: {rebuild})")
+    if x.dtype.kind not in "fiu":
+        raise DatasetError(f"{where}: inputs x have dtype {x.dtype}; they must be real numbers "
+                           f"(regenerate it with: {rebuild})")
     if x.ndim != 4 or tuple(x.shape[1:]) != tuple(info.input_shape) or len(x) != len(y):
         raise DatasetError(f"{where}: x has shape {x.shape} and y {y.shape}, expected "
                            f"(N, {', '.join(map(str, info.input_shape))}) and (N,)")
-    if len(y) and (y.min() < 0 or y.max() >= num_classes):
+    sizes = info.train_samples if split == "train" else info.test_samples
+    if client_id < len(sizes) and len(y) != sizes[client_id]:
+        raise DatasetError(f"{where} holds {len(y)} samples but {display_path(info.root / 'config.json')} says "
+                           f"{sizes[client_id]}: the folder mixes files of different builds; regenerate it "
+                           f"with: {rebuild}")
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        bad = int(x.size - np.isfinite(x).sum())
+        raise DatasetError(f"{where}: x holds {bad} NaN or infinite values; regenerate it with: {rebuild}")
+    if len(y) and y.min() < 0:
+        raise DatasetError(f"{where}: label {int(y.min())} is negative; labels must be 0..C-1 "
+                           f"(regenerate it with: {rebuild})")
+    if len(y) and y.max() >= num_classes:
         raise DatasetError(f"{where}: labels span [{y.min()}, {y.max()}] but the model has "
                            f"{num_classes} classes; raise -ncl to at least {int(y.max()) + 1}")
+    hashes = info.train_sha256 if split == "train" else info.test_sha256
+    if hashes is not None and content_hash(x, y) != hashes[client_id]:
+        raise DatasetError(f"{where} is not the file the generator wrote (its content hash differs from "
+                           f"{display_path(info.root / 'config.json')}): the folder mixes files of different "
+                           f"builds or was changed; regenerate it with: {rebuild}")
     if split == "train" and few_shot > 0:
         keep = _first_per_label(y, few_shot)
         x, y = x[keep], y[keep]
@@ -148,16 +376,18 @@ def _first_per_label(y: np.ndarray, k: int) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def ensure_default_dataset(name: str, num_clients: int, data_dir: Optional[Path] = None,
-                           seed: int = 1) -> Optional[Path]:
-    """Build the embedded Digits dataset on first use; other datasets are never built implicitly."""
-    root = Path(data_dir or DATASET_DIR) / name
+def ensure_default_dataset(name: str, num_clients: int, data_dir: Optional[Path] = None) -> Optional[Path]:
+    """Build the embedded Digits split for ``num_clients`` clients on first use (``Digits``, or
+    ``Digits-nc<N>`` for a count other than the documented one); other datasets are never built
+    implicitly. Returns the folder built, or None."""
+    root = dataset_folder(name, num_clients, data_dir)
     if name != "Digits" or root.exists():
         return None
-    from dataset.generate_Digits import DIGITS_MIN_SAMPLES, load_raw
-    from dataset.utils.generate import PartitionOptions, build_dataset
-    options = PartitionOptions(num_clients=num_clients, seed=seed, min_samples=DIGITS_MIN_SAMPLES)
-    x, y = load_raw()
-    build_dataset(root, x, y, options, source="Digits")
+    from dataset.utils.generate import build_dataset
+    digits = _digits()
+    print(f"first use of {name}: partitioning it into {num_clients} clients under {display_path(root)} ...",
+          flush=True)
+    x, y = digits.load_raw()
+    # Another process may build the same folder at the same time: keep whichever lands first.
+    build_dataset(root, x, y, digits.digits_options(num_clients), source="Digits", replace=False)
     return root
-

@@ -11,11 +11,32 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import List, Optional, Sequence
+import textwrap
+from typing import List, Optional, Sequence, Tuple
 
-from flcore.lag.conflict import GRANULARITIES as LAG_GRANULARITIES
-from flcore.lag.mixin import SCHEDULES as LAG_SCHEDULES
-from flcore.lag.mixin import SIGNALS as LAG_SIGNALS
+from flcore.lag.selector import add_lag_arguments, lag_flag_problems
+from flcore.registry import algorithms_by_group, unknown_name_message
+from flcore.trainmodel.models import MODELS, UnknownModelError
+from utils.paths import DATASET_DIR
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds ``(default: X)`` to every help line, except where the default is None or empty: those flags
+    say in their own words what happens when they are left out (e.g. "the dataset's class count")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default == "":
+            return action.help or ""
+        return super()._get_help_string(action)
+
+    def _split_lines(self, text: str, width: int) -> List[str]:
+        # Never break inside a name such as LG-FedAvg or a value such as bit-identical.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def dataset_generators() -> List[str]:
+    """Names of the datasets a ``dataset/generate_<Name>.py`` script can build."""
+    return sorted((p.stem[len("generate_"):] for p in DATASET_DIR.glob("generate_*.py")), key=str.lower)
 
 
 def str2bool(value: str) -> bool:
@@ -30,7 +51,7 @@ def str2bool(value: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
 
     def flag(short: str, long: str, **kw) -> None:
         p.add_argument(short, long, **kw)
@@ -42,20 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
     flag("-go", "--goal", default="test", help="tag in the result file name")
     flag("-dev", "--device", default="cuda", help="cpu, cuda or cuda:N; cuda falls back to cpu")
     flag("-did", "--device_id", default="0", help="GPU index used with -dev cuda")
-    flag("-data", "--dataset", default="Digits", help="folder under dataset/")
-    flag("-ncl", "--num_classes", type=int, default=None, help="classes (default: the dataset's)")
-    flag("-m", "--model", default="CNN", help="model family")
-    flag("-lbs", "--batch_size", type=int, default=10)
-    flag("-lr", "--local_learning_rate", type=float, default=0.005)
+    flag("-data", "--dataset", default="Digits",
+         help="dataset folder under --data_dir: Digits (embedded, built on first use) or one made by "
+              f"dataset/generate_<Name>.py ({', '.join(n for n in dataset_generators() if n != 'Digits')}; offline: --source FILE.npz)")
+    flag("-ncl", "--num_classes", type=int, default=None,
+         help="number of classes (default: the dataset's, from its config.json)")
+    flag("-m", "--model", default="CNN", help=f"model: {', '.join(MODELS)}")
+    flag("-lbs", "--batch_size", type=int, default=10, help="local minibatch size")
+    flag("-lr", "--local_learning_rate", type=float, default=0.005, help="clients' SGD learning rate")
     boolean("-ld", "--learning_rate_decay", "exponential lr decay, one step per local training")
-    flag("-ldg", "--learning_rate_decay_gamma", type=float, default=0.99)
+    flag("-ldg", "--learning_rate_decay_gamma", type=float, default=0.99, help="decay factor of -ld")
     flag("-gr", "--global_rounds", type=int, default=2000, help="rounds 0..gr are run")
     flag("-tc", "--top_cnt", type=int, default=100, help="patience of -ab")
-    flag("-ls", "--local_epochs", type=int, default=1)
-    flag("-algo", "--algorithm", default="FedAvg", help="algorithm, or X+LAG")
+    flag("-ls", "--local_epochs", type=int, default=1, help="local epochs per round")
+    flag("-algo", "--algorithm", default="FedAvg", help=f"algorithm; {algorithms_by_group()}")
     flag("-jr", "--join_ratio", type=float, default=1.0, help="fraction of clients per round, in (0, 1]")
     boolean("-rjr", "--random_join_ratio", "draw each round's count in [jr*nc, nc]")
-    flag("-nc", "--num_clients", type=int, default=20)
+    flag("-nc", "--num_clients", type=int, default=20,
+         help="clients taking part (the dataset must hold at least -nc plus -nnc)")
     flag("-pv", "--prev", type=int, default=0, help="first run index")
     flag("-t", "--times", type=int, default=1, help="runs prev..times-1")
     flag("-eg", "--eval_gap", type=int, default=1, help="evaluate every eg rounds")
@@ -73,24 +98,33 @@ def build_parser() -> argparse.ArgumentParser:
     boolean("-rs", "--resume", "continue from the newest checkpoint of the same run (same flags)")
     p.add_argument("--executor", default="sequential", choices=("sequential", "ray"),
                    help="how selected clients train: one after another, or in parallel on Ray workers")
-    p.add_argument("--ray_address", default="", help="'' starts a local Ray; 'auto' or host:port joins a cluster")
+    p.add_argument("--ray_address", default="", help="Ray cluster to join: 'auto' or host:port (default: empty, which starts a local Ray)")
     p.add_argument("--workers", type=int, default=2, help="Ray workers (actors)")
     p.add_argument("--gpus_per_worker", type=float, default=0.0, help="GPUs reserved per Ray worker")
+    p.add_argument("--ray_timeout", type=float, default=600.0,
+                   help="seconds to wait for the next client back from the Ray workers before the run stops "
+                        "(results so far kept); 0 waits forever")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else the cores); "
+                        "results are bit-identical only for the same count")
 
     # Algorithm hyper-parameters (PFLlib's names; their meaning depends on the algorithm).
-    flag("-bt", "--beta", type=float, default=0.0)
-    flag("-lam", "--lamda", type=float, default=1.0)
-    flag("-mu", "--mu", type=float, default=0.0)
+    flag("-bt", "--beta", type=float, default=0.0,
+         help="pFedMe server mixing, PerAvg second step size, FedNTD loss weight, FedCAC")
+    flag("-lam", "--lamda", type=float, default=1.0,
+         help="regularisation weight: pFedMe, FedAMP, FedProto, FD, GPFL, FedCP, FedPAC, FedPHP")
+    flag("-mu", "--mu", type=float, default=0.0,
+         help="proximal or contrastive weight: FedProx, Ditto, MOON, GPFL, FedPHP")
     flag("-K", "--K", type=int, default=5, help="pFedMe inner steps")
     flag("-lrp", "--p_learning_rate", type=float, default=0.01, help="pFedMe personal lr")
     flag("-M", "--M", type=int, default=5, help="FedFomo models sent per client")
     flag("-alk", "--alphaK", type=float, default=1.0, help="FedAMP")
     flag("-sg", "--sigma", type=float, default=1.0, help="FedAMP kernel width")
-    flag("-al", "--alpha", type=float, default=1.0)
+    flag("-al", "--alpha", type=float, default=1.0, help="APFL mixing weight; FedDyn regulariser")
     flag("-pls", "--plocal_epochs", type=int, default=1, help="Ditto personal / FedRep head epochs")
-    flag("-tau", "--tau", type=float, default=1.0)
+    flag("-tau", "--tau", type=float, default=1.0, help="MOON, FedNTD, FedLC temperature; FedCAC")
     flag("-fte", "--fine_tuning_epochs", type=int, default=10, help="FedBABU final fine-tuning")
-    flag("-slr", "--server_learning_rate", type=float, default=1.0)
+    flag("-slr", "--server_learning_rate", type=float, default=1.0, help="server step size: SCAFFOLD, FedGH")
     flag("-et", "--eta", type=float, default=1.0, help="FedALA")
     flag("-s", "--rand_percent", type=int, default=80, help="FedALA")
     flag("-p", "--layer_idx", type=int, default=2, help="FedALA")
@@ -98,14 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     flag("-klw", "--kl_weight", type=float, default=0.0, help="FedDBE")
 
     # FedLAG (../shared/docs FEDLAG.md section A).
-    p.add_argument("--lag_top_k", type=int, default=2, help="personalised layers K (0 = base method)")
-    p.add_argument("--lag_xi", type=float, default=0.0, help="cosine threshold xi in [-1, 0]")
-    p.add_argument("--lag_schedule", default="every_round", choices=LAG_SCHEDULES)
-    p.add_argument("--lag_warmup", type=int, default=None,
-                   help="warm-up rounds W (default min(gr // 2, 30)); warmup schedule only")
-    p.add_argument("--lag_granularity", default="tensor", choices=LAG_GRANULARITIES)
-    p.add_argument("--lag_signal", default="delta", choices=LAG_SIGNALS)
+    add_lag_arguments(p)
     return p
+
+
+def check_model_name(name: str) -> None:
+    """Refuse an unknown ``-m`` before any data is read, with the closest valid name."""
+    if name not in MODELS:
+        raise UnknownModelError(unknown_name_message("model", name, MODELS, where_listed=f" (-m: {', '.join(MODELS)})"))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -141,8 +175,70 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(args.num_classes is None or args.num_classes >= 2, f"-ncl must be >= 2, got {args.num_classes}")
     need(args.workers >= 1, f"--workers must be >= 1, got {args.workers}")
     need(args.gpus_per_worker >= 0, f"--gpus_per_worker must be >= 0, got {args.gpus_per_worker}")
+    need(args.ray_timeout >= 0, f"--ray_timeout must be >= 0 seconds (0 = no limit), got {args.ray_timeout}")
+    need(args.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     need(args.checkpoint_every >= 0, f"--checkpoint_every must be >= 0, got {args.checkpoint_every}")
-    need(args.lag_top_k >= 0, f"--lag_top_k must be >= 0, got {args.lag_top_k}")
-    need(-1 <= args.lag_xi <= 0, f"--lag_xi must be in [-1, 0], got {args.lag_xi}")
-    need(args.lag_warmup is None or args.lag_warmup >= 0, f"--lag_warmup must be >= 0, got {args.lag_warmup}")
+    problems += lag_flag_problems(args)
+    problems += value_problems(args, problems)
     return problems
+
+
+def _flag_labels() -> tuple:
+    """``{dest: "-short/--long"}`` for every flag, and the set of float-valued dests."""
+    labels, floats = {}, set()
+    for action in build_parser()._actions:
+        if action.option_strings:
+            labels[action.dest] = "/".join(action.option_strings)
+            if action.type is float:
+                floats.add(action.dest)
+    return labels, floats
+
+
+def value_problems(args: argparse.Namespace, reported: Sequence[str] = ()) -> List[str]:
+    """Values no run can use, beyond the ranges checked above (``reported`` problems are not repeated):
+    NaN or infinite numbers in any float flag (they surface much later as a diverged loss blamed on
+    -lr), and with -ld a decay factor that is not positive."""
+    labels, floats = _flag_labels()
+    problems = []
+    for dest in sorted(floats):
+        value = getattr(args, dest, None)
+        label = labels[dest]
+        if isinstance(value, float) and not math.isfinite(value) \
+                and not any(p.startswith((label + " ", label.split("/")[-1] + " ")) for p in reported):
+            problems.append(f"{label} must be a finite number, got {value}")
+    gamma = args.learning_rate_decay_gamma
+    if args.learning_rate_decay and math.isfinite(gamma) and gamma <= 0:
+        problems.append(f"-ldg/--learning_rate_decay_gamma must be > 0 with -ld (each local training multiplies "
+                        f"the learning rate by it), got {gamma}")
+    return problems
+
+
+def setup_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
+    """(problems, warnings) of flag combinations that parse but make a run pointless or odd.
+
+    ``main.py`` checks them before any data is read; :func:`parse_args` does not, so that tests may
+    still build such servers on purpose (e.g. a round without uploads).
+    """
+    problems, warnings = [], []
+    if not (0 < args.join_ratio <= 1 and 0 <= args.client_drop_rate < 1 and args.num_clients >= 1):
+        return problems, warnings  # already refused by validate()
+    # The same arithmetic as Server.__init__ and Server.receive_models.
+    per_round = max(1, int(args.num_clients * args.join_ratio))
+    most = args.num_clients if args.random_join_ratio else per_round
+    if args.client_drop_rate > 0:
+        if int((1 - args.client_drop_rate) * most) == 0:
+            problems.append(
+                f"-cdr/--client_drop_rate {args.client_drop_rate} drops every update: of the {most} client(s) "
+                f"trained per round int((1 - {args.client_drop_rate}) * {most}) = 0 are aggregated, so the "
+                f"model never changes; lower -cdr to at most {1 - 1 / most:.4g} or raise -jr/-nc")
+        elif int((1 - args.client_drop_rate) * per_round) == 0:
+            warnings.append(f"-cdr/--client_drop_rate {args.client_drop_rate}: rounds that draw {per_round} "
+                            f"client(s) (-jr {args.join_ratio} with -rjr) aggregate no update")
+    if args.local_epochs == 0:
+        warnings.append("-ls/--local_epochs 0: clients run no local epochs, so only an algorithm's own extra "
+                        "steps (e.g. FedRep's -pls head epochs) change any model")
+    gamma = args.learning_rate_decay_gamma
+    if args.learning_rate_decay and math.isfinite(gamma) and gamma > 1:
+        warnings.append(f"-ldg/--learning_rate_decay_gamma {gamma} > 1 with -ld: the learning rate grows with "
+                        f"every local training")
+    return problems, warnings

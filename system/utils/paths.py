@@ -39,3 +39,31 @@ def recorded_location(value: str) -> Path:
     """A location recorded by ``portable_config``, resolved again (relative ones are under the repository)."""
     path = Path(value)
     return path if path.is_absolute() else REPO_ROOT / path
+
+
+def unsafe_name_reason(value: str) -> str:
+    """Why ``value`` cannot be one component of a file name, or "" when it can.
+
+    Dataset names and result goals become parts of paths (``<data_dir>/<dataset>/``,
+    ``<results_dir>/<dataset>_<algo>_<goal>_<run>.h5``); a separator or ``..`` would reach outside
+    those folders.
+    """
+    if not value:
+        return "is empty"
+    if "/" in value or "\\" in value:
+        return "contains a path separator"
+    if value in (".", "..") or ".." in value:
+        return "contains '..'"
+    if "\0" in value:
+        return "contains a NUL character"
+    return ""
+
+
+def check_name(value: str, flag: str, error: type = ValueError) -> str:
+    """Return ``value`` when it is a plain name (see :func:`unsafe_name_reason`), else raise
+    ``error`` with a one-line message naming ``flag``."""
+    reason = unsafe_name_reason(str(value))
+    if reason:
+        raise error(f"{flag} {value!r} {reason}; it is part of a file name: use a plain name "
+                    f"(letters, digits, '-', '.')")
+    return value

@@ -9,7 +9,9 @@ The run configuration is stored as JSON in the attribute ``config``.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -18,13 +20,14 @@ import h5py
 import numpy as np
 
 from flcore.registry import lag_base
-from utils.paths import DATASET_DIR, LOCATION_FLAGS, make_importable, recorded_location
+from utils.paths import DATASET_DIR, LOCATION_FLAGS, check_name, make_importable, recorded_location
 
 make_importable()
 from dataset.utils.atomic_io import atomic_path  # noqa: E402
 
 
 def result_path(folder: Path, dataset: str, algorithm: str, goal: str, run: int) -> Path:
+    check_name(goal, "-go/--goal")  # a separator or '..' would write outside folder
     return Path(folder) / f"{dataset}_{algorithm}_{goal}_{run}.h5"
 
 
@@ -38,6 +41,140 @@ def write_results(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[s
                 f.create_dataset(name, data=values)
             for key, value in attrs.items():
                 f.attrs[key] = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is writing results under the same name; the message names it."""
+
+
+def writable_problem(folder: Path) -> Optional[str]:
+    """Why files cannot be written in ``folder`` (created if missing), or None when they can.
+
+    Tries for real (a small file is written, synced and removed): permissions, a read-only or full file
+    system and a path under a regular file all show up here rather than after training.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return "it is a file, not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def lock_path(results_file: Path) -> Path:
+    """The lock file of a results name: next to its ``.h5``, holding the owner's process id."""
+    return Path(results_file).with_suffix(".lock")
+
+
+class RunLock:
+    """Exclusive use of a results name by this process, held until :meth:`release`.
+
+    The lock is an ``flock`` on ``<name>.lock``, which the kernel drops when the process dies (even by
+    SIGKILL), so a lock file left by a dead run is simply taken over. The file holds the owner's pid for
+    the message a second run prints.
+    """
+
+    def __init__(self, results_file: Path):
+        self.path = lock_path(results_file)
+        self.fd: Optional[int] = None
+        self.took_over: Optional[int] = None  # pid in a stale lock file that was taken over
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                raise RunLockedError(_locked_message(self.path, holder)) from None
+            # The owner may have removed the file between our open and flock (and a third run made a new
+            # one): a lock on a removed file protects nothing, so try again on the current file.
+            try:
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        self.took_over = _read_pid(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # removed while still held: no one can lock a dead file
+        except OSError:
+            pass  # the folder is gone or not writable any more; the lock ends with the descriptor anyway
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire() if self.fd is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def check_unlocked(results_file: Path) -> None:
+    """Raise :class:`RunLockedError` if a live process holds the lock of ``results_file`` (takes nothing)."""
+    import fcntl
+    path = lock_path(results_file)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        raise RunLockedError(_locked_message(path, _read_pid(fd))) from None
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> Optional[int]:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def _locked_message(path: Path, pid: Optional[int]) -> str:
+    owner = f"process {pid}" if pid else "another process"
+    return (f"{path.with_suffix('.h5').name} is being written by {owner} (lock {path}); wait for that run "
+            f"to end, or give this one another -go/--goal or --results_dir")
+
+
+def write_results_fallback(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, object]
+                           ) -> Tuple[Optional[Path], List[str]]:
+    """Write a run's results somewhere else when ``path`` cannot be written: the system's temporary
+    folder, then the home folder. Returns (the file written or None, why each place failed)."""
+    name = f"{Path(path).stem}-{os.getpid()}.h5"
+    failures = []
+    for folder in (Path(tempfile.gettempdir()) / "pfl-results", Path.home() / "pfl-results"):
+        target = folder / name
+        try:
+            write_results(target, arrays, attrs)
+            return target, failures
+        except (OSError, RuntimeError) as err:  # h5py reports some write failures as RuntimeError
+            failures.append(f"{target}: {err.strerror or err}")
+    return None, failures
 
 
 def read_results(path: Path) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
@@ -72,7 +209,7 @@ RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?
 PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)$")
 # Flags that say where and how a run executes, not what it computes: a resumed run may change them.
 EXECUTION_FLAGS = frozenset({*LOCATION_FLAGS, "resume", "checkpoint_every", "device_id", "executor", "workers",
-                             "ray_address", "gpus_per_worker"})
+                             "ray_address", "gpus_per_worker", "ray_timeout", "threads"})
 # Those, the device, and which seed (the file name says that): ignored when deciding whether a finished
 # run was made with the flags asked for now.
 NON_IDENTIFYING_FLAGS = EXECUTION_FLAGS | {"seed", "prev", "times", "device"}
@@ -222,7 +359,7 @@ def dataset_partition(dataset: str, data_dir: Optional[object] = None) -> Partit
     base = PARTITION_SUFFIX.match(dataset).group("base") if key else dataset
     config_file = Path(data_dir or DATASET_DIR) / dataset / "config.json"
     try:
-        config = json.loads(config_file.read_text())
+        config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         config = None
     if isinstance(config, dict):
@@ -315,6 +452,57 @@ def algorithm_sort_key(name: str) -> tuple:
     return rank, base.lower(), base != name
 
 
+# Recorded in a run's config without being a setting of the experiment (or named by the table already).
+NOT_SETTINGS = NON_IDENTIFYING_FLAGS | {"dataset", "algorithm", "goal", "torch_version", "intra_op_threads"}
+
+
+def _value_key(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def common_settings(runs: Sequence[Run]) -> Dict[str, object]:
+    """The flags that every run in ``runs`` recorded with the same value (execution flags left out)."""
+    common: Optional[Dict[str, object]] = None
+    for run in runs:
+        mine = {k: v for k, v in run.config.items() if k not in NOT_SETTINGS}
+        if common is None:
+            common = mine
+        else:
+            common = {k: v for k, v in common.items() if k in mine and _value_key(mine[k]) == _value_key(v)}
+    return common or {}
+
+
+def differing_flags(settings: Sequence[Mapping[str, object]]) -> List[str]:
+    """Flags that every mapping holds, with at least two different values among them (sorted)."""
+    if len(settings) < 2:
+        return []
+    shared = set(settings[0]).intersection(*settings[1:])
+    return sorted(k for k in shared if len({_value_key(s[k]) for s in settings}) > 1)
+
+
+def flag_names() -> Dict[str, str]:
+    """Config key -> the shortest command-line spelling (``local_learning_rate`` -> ``-lr``)."""
+    from utils.options import build_parser
+    names = {}
+    for action in build_parser()._actions:
+        if action.option_strings:
+            names[action.dest] = min(action.option_strings, key=len)
+    return names
+
+
+def settings_text(settings: Mapping[str, object], keys: Sequence[str]) -> str:
+    """``-lr 0.05, -gr 10``: the flags ``keys`` with their values in ``settings``."""
+    names = flag_names()
+    return ", ".join(f"{names.get(k, '--' + k)} {settings[k]}" for k in keys)
+
+
+def varying_within(runs: Sequence[Run]) -> List[str]:
+    """Flags whose value differs between runs that the table averages as seeds of one experiment."""
+    configs = [{k: v for k, v in r.config.items() if k not in NOT_SETTINGS} for r in runs]
+    keys = set().union(*configs) if configs else set()
+    return sorted(k for k in keys if len({_value_key(c.get(k)) for c in configs}) > 1)
+
+
 @dataclass(frozen=True)
 class Column:
     dataset: str
@@ -339,11 +527,22 @@ def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict
              for g in groups}
     for dataset, text in texts.items():
         labels.setdefault(text, []).append(dataset)
+    # Settings each column's runs share; columns of one base dataset that differ in some flag say which.
+    column_settings = {d: common_settings([r for g in groups if g.dataset == d for r in g.runs]) for d in texts}
+    by_base: Dict[str, List[str]] = {}
+    for g in groups:
+        if g.dataset not in by_base.setdefault(g.partition.base, []):
+            by_base[g.partition.base].append(g.dataset)
+    column_flags = {g.dataset: differing_flags([column_settings[d] for d in by_base[g.partition.base]])
+                    for g in groups}
     for g in groups:
         if g.dataset in columns:
             continue
         text = texts[g.dataset]
-        if len(labels[text]) > 1:  # two folders with the same base and split: tell them apart
+        flags = column_flags[g.dataset]
+        if flags:
+            text = f"{text} ({settings_text(column_settings[g.dataset], flags)})"
+        if len(labels[texts[g.dataset]]) > 1 and not flags:  # same base and split, nothing else differs
             text = f"{text} [{g.dataset}]"
         columns[g.dataset] = Column(g.dataset, g.partition, text)
     ordered_columns = sorted(columns.values(), key=lambda c: (c.partition.sort_key, dataset_sort_key(c.partition.base),
@@ -354,18 +553,30 @@ def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict
     for g in groups:
         cell_goals.setdefault((g.algorithm, g.dataset), set()).add(g.goal)
     merge = all(len(v) == 1 for v in cell_goals.values())
+    # Rows of one algorithm split by goal name the flags that differ between them.
+    row_settings = {key: common_settings([r for g in groups if (g.algorithm, "" if merge else g.goal) == key
+                                          for r in g.runs])
+                    for key in {(g.algorithm, "" if merge else g.goal) for g in groups}}
     rows: Dict[Tuple[str, str], Row] = {}
     for g in groups:
         key = (g.algorithm, "" if merge else g.goal)
         label = g.algorithm if merge or len(goals) == 1 else f"{g.algorithm} ({g.goal})"
+        siblings = [s for k, s in row_settings.items() if k[0] == g.algorithm]
+        flags = differing_flags(siblings)
+        if flags:
+            detail = settings_text(row_settings[key], flags)
+            label = f"{label[:-1]}; {detail})" if label.endswith(")") else f"{label} ({detail})"
         rows.setdefault(key, Row(g.algorithm, key[1], label))
     ordered_rows = sorted(rows.values(), key=lambda r: (r.goal, algorithm_sort_key(r.algorithm)))
     cells = {(rows[(g.algorithm, "" if merge else g.goal)], columns[g.dataset]): g for g in groups}
     return ordered_rows, ordered_columns, cells
 
 
-def format_cell(mean: float, std: float) -> str:
-    """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``."""
+def format_cell(mean: float, std: float, runs: int = 2) -> str:
+    """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``; a single
+    run has no spread, so its value stands alone (the seeds note gives the counts)."""
+    if runs == 1:
+        return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
@@ -389,18 +600,35 @@ def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: boo
                 out.append("-")
                 continue
             s = g.stats()
-            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"])
+            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"], len(g.runs))
             out.append(f"**{text}**" if bold_best and len(rows) > 1 and s[f"{metric}_mean"] == top[c] else text)
         lines.append(f"| {r.label} | " + " | ".join(out) + " |")
     return "\n".join(lines)
 
 
 def seeds_note(groups: Sequence[Group]) -> str:
+    """How many seeds each cell averages; a cell of one run shows its value alone (no ± spread)."""
     counts = sorted({len(g.runs) for g in groups})
+    if counts == [1]:
+        return "One seed per cell: each value is a single run (no ± spread)."
     if len(counts) == 1:
-        return f"{counts[0]} run(s) (seeds) per cell."
+        return f"{counts[0]} seeds per cell (mean ± population std)."
     detail = ", ".join(f"{g.algorithm} on {g.dataset}: {len(g.runs)}" for g in groups if len(g.runs) != counts[-1])
-    return f"Runs (seeds) per cell vary: most have {counts[-1]}; {detail}."
+    return (f"Seeds per cell vary: most have {counts[-1]} (mean ± population std); {detail}"
+            " (a value without ± is a single run).")
+
+
+def settings_note(groups: Sequence[Group]) -> str:
+    """Flags that differ between the runs a cell averages (they were run as seeds of one experiment)."""
+    parts = []
+    for g in groups:
+        flags = varying_within(g.runs)
+        if flags:
+            names = flag_names()
+            values = "; ".join(f"{names.get(k, '--' + k)} " + ", ".join(dict.fromkeys(str(r.config.get(k))
+                                                                         for r in g.runs)) for k in flags)
+            parts.append(f"{g.algorithm} on {g.dataset} ({g.goal}): {values}")
+    return ("Averaged runs that differ in settings: " + " | ".join(parts) + ".") if parts else ""
 
 
 def models_note(groups: Sequence[Group]) -> str:
@@ -426,7 +654,8 @@ def csv_table(groups: Sequence[Group]) -> List[List[str]]:
                 line += ["", ""]
             else:
                 s = g.stats()
-                line += [format_cell(s["best_mean"], s["best_std"]), format_cell(s["final_mean"], s["final_std"])]
+                line += [format_cell(s["best_mean"], s["best_std"], len(g.runs)),
+                         format_cell(s["final_mean"], s["final_std"], len(g.runs))]
         out.append(line)
     return out
 

@@ -21,6 +21,7 @@ from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.lag.conflict import with_module_buffers
 from utils.data_utils import ClientData
 
 # The authors' convergence rule for the start phase: the standard deviation of the last 10 epoch
@@ -51,12 +52,15 @@ class clientALA(Client):
     def adaptive_local_aggregation(self, global_module: nn.Module, keep: AbstractSet[str] = frozenset()) -> None:
         """Receive ``global_module``: lower tensors copied, the last ``-p`` mixed with learned ``W``.
 
-        ``keep``: parameter names that stay as they are (the layers ``X+LAG`` keeps personal), so
-        ``W`` is learned on the model the client will really hold.
+        ``keep``: parameter names that stay as they are, with their modules' buffers (the layers
+        ``X+LAG`` keeps personal), so ``W`` is learned on the model the client will really hold.
         """
         global_state = named_tensors(global_module)
         params = dict(self.model.named_parameters())
         mixed = [n for n in self.mixed_names if n not in keep]
+        # A personal layer keeps its module's buffers too (BatchNorm statistics): W must be learned on
+        # the model the client will really hold, not on one with the global statistics in those modules.
+        keep = set(keep) | set(with_module_buffers(self.model, [n for n in keep if n in params]))
         # Where the upper layers already equal the global ones (before the first aggregation) the
         # mix is the identity whatever W is, and W's gradient is zero: nothing to learn.
         differs = any(not torch.equal(params[n], global_state[n]) for n in mixed)

@@ -10,7 +10,7 @@ Fisher information of its model on its data, which weights its body in the serve
 from __future__ import annotations
 
 import copy
-from typing import Iterable, Tuple
+from typing import AbstractSet, Iterable, Tuple
 
 import torch
 from torch import nn
@@ -33,12 +33,19 @@ class clientAS(Client):
         super().__init__(args, id, train_data, test_data, model)
         self.fisher_trace: float = float("nan")
 
-    def receive_aligned(self, global_base: nn.Module) -> None:
-        """Adopt ``global_base`` after aligning a private copy of it to this client's prototypes."""
+    def receive_aligned(self, global_base: nn.Module, keep: AbstractSet[str] = frozenset()) -> None:
+        """Adopt ``global_base`` after aligning a private copy of it to this client's prototypes.
+
+        ``keep``: names (relative to the base) that stay this client's own (the layers ``X+LAG`` keeps
+        personal, with their modules' buffers). The copy starts with the client's own values there, so
+        alignment trains the body the client will really hold, and those positions are not adopted.
+        """
         stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
         prototypes = stats.means()
         # A copy per client: the server's module must stay untouched (PFLlib #244 trained it in place).
         aligned = copy.deepcopy(global_base)
+        own = named_tensors(self.shared_module())
+        copy_into(aligned, own, [n for n in own if n in keep])
         aligned.train()
         optimizer = torch.optim.SGD(aligned.parameters(), lr=ALIGNMENT_LR)
         for _ in range(ALIGNMENT_EPOCHS):
@@ -47,7 +54,8 @@ class clientAS(Client):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-        copy_into(self.shared_module(), named_tensors(aligned))
+        adopted = named_tensors(aligned)
+        copy_into(self.shared_module(), adopted, [n for n in adopted if n not in keep])
 
     def end_local_training(self) -> None:
         batches = self.train_data.train_batches(self.batch_size, self.generator)

@@ -36,6 +36,10 @@ class DivergenceError(RuntimeError):
         super().__init__(f"client {client_id} reached a non-finite loss")
         self.client_id = client_id
 
+    def __reduce__(self):
+        # Rebuilt from the id, not the message, when it crosses a process boundary (Ray pickles it).
+        return type(self), (self.client_id,)
+
 
 class Client:
     shared_path: str = ""  # sub-module exchanged with the server; "" is the whole model
@@ -81,13 +85,16 @@ class Client:
         copy_into(self.shared_module(), source, [n for n in source if self.shares(n)])
 
     # ----- state (checkpoints, executors) -------------------------------------------------------
+    def state_names(self) -> Tuple[str, ...]:
+        """The attributes :meth:`get_state` saves and :meth:`set_state` restores (nothing else)."""
+        return ("model", "optimizer", "learning_rate_scheduler", "generator") + tuple(self.persistent_attrs)
+
     def get_state(self) -> dict:
-        base = ("model", "optimizer", "learning_rate_scheduler", "generator")
-        return export_attrs(self, base + tuple(self.persistent_attrs))
+        return export_attrs(self, self.state_names())
 
     def set_state(self, state: dict) -> None:
         """Load :meth:`get_state`'s output; modules and optimisers are updated in place."""
-        import_attrs(self, state)
+        import_attrs(self, state, self.state_names())
 
     # ----- local training ---------------------------------------------------------------------
     def train(self) -> None:

@@ -1,10 +1,14 @@
-"""FedLAG: ``conflict.py`` (the conflict score, pure tensor maths) and ``mixin.py``
+"""FedLAG: ``conflict.py`` (the conflict score, pure tensor maths), ``selector.py`` (``LayerSelector``:
+the evidence across rounds and the rule that picks the personal layers) and ``mixin.py``
 (``LayerConflictMixin``, which adds layer personalisation to any parameter-sharing server).
 
 Depends on torch only, so the folder can be copied into an upstream PFLlib checkout unchanged.
 """
-from .conflict import Layer, build_layers, conflict_count, conflict_scores, pairwise_cosines, top_k_layers
-from .mixin import LagError, LagSettings, LayerConflictMixin, with_layer_conflict
+from .conflict import (Layer, build_layers, conflict_count, conflict_scores, layer_evidence, pairwise_cosines,
+                       top_k_layers)
+from .mixin import LayerConflictMixin, with_layer_conflict
+from .selector import LagError, LagSettings, LayerSelector, hysteresis_choice, top_k_positive
 
-__all__ = ["Layer", "build_layers", "conflict_count", "conflict_scores", "pairwise_cosines", "top_k_layers",
-           "LagError", "LagSettings", "LayerConflictMixin", "with_layer_conflict"]
+__all__ = ["Layer", "build_layers", "conflict_count", "conflict_scores", "layer_evidence", "pairwise_cosines",
+           "top_k_layers", "LagError", "LagSettings", "LayerSelector", "hysteresis_choice", "top_k_positive",
+           "LayerConflictMixin", "with_layer_conflict"]

@@ -73,7 +73,9 @@ def gram_cosines(gram: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     norms = gram.diagonal().clamp(min=0).sqrt()
     valid = norms > 0
     safe = torch.where(valid, norms, torch.ones_like(norms))
-    return gram / safe.unsqueeze(0) / safe.unsqueeze(1), valid
+    # Rounding can put an exactly antiparallel pair at -1 - 1e-7; a cosine is never below -1 (so that
+    # xi = -1 counts nothing, as its definition says).
+    return (gram / safe.unsqueeze(0) / safe.unsqueeze(1)).clamp(-1.0, 1.0), valid
 
 
 def pairwise_cosines(updates: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -93,6 +95,12 @@ def count_below(cos: torch.Tensor, valid: torch.Tensor, xi: float) -> int:
     return int(((cos < xi) & both_valid & upper).sum())
 
 
+def valid_pairs(valid: torch.Tensor) -> int:
+    """Unordered pairs of valid rows: the most conflicts a layer can have."""
+    n = int(valid.sum())
+    return n * (n - 1) // 2
+
+
 def conflict_count(updates: torch.Tensor, xi: float) -> int:
     """GC_xi of one layer: unordered pairs of valid rows whose cosine is strictly below ``xi``."""
     return count_below(*pairwise_cosines(updates), xi)
@@ -103,23 +111,39 @@ def conflict_scores(layer_updates: Sequence[torch.Tensor], xi: float) -> torch.T
     return torch.tensor([conflict_count(u, xi) for u in layer_updates], dtype=torch.int64)
 
 
-def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
-                             rows: Sequence[int] | None = None) -> torch.Tensor:
-    """GC_xi per layer from one ``(clients, parameters)`` matrix whose columns are the flat model.
+def layer_evidence_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
+                            rows: Sequence[int] | None = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, parameters)`` matrix.
 
-    ``spans[l]`` lists the column ranges of layer l; a single range is used as a strided view, so no
-    per-layer copy is made. ``rows`` restricts the count to some clients (all by default).
+    The matrix's columns are the flat model; ``spans[l]`` lists the column ranges of layer l (a single
+    range is used as a strided view, so no per-layer copy is made). ``rows`` restricts the count to some
+    clients (all by default). Both results are int64 vectors, one entry per layer.
     """
-    scores = []
+    index = None if rows is None else torch.as_tensor(list(rows), dtype=torch.long, device=updates.device)
+    conflicts, pairs = [], []
     for layer_spans in spans:
         block = (updates[:, layer_spans[0][0]:layer_spans[0][1]] if len(layer_spans) == 1
                  else torch.cat([updates[:, a:b] for a, b in layer_spans], dim=1))
         gram = block @ block.T
-        if rows is not None:
-            index = torch.as_tensor(list(rows), dtype=torch.long)
+        if index is not None:
             gram = gram[index][:, index]
-        scores.append(count_below(*gram_cosines(gram), xi))
-    return torch.tensor(scores, dtype=torch.int64)
+        cos, valid = gram_cosines(gram)
+        conflicts.append(count_below(cos, valid, xi))
+        pairs.append(valid_pairs(valid))
+    return torch.tensor(conflicts, dtype=torch.int64), torch.tensor(pairs, dtype=torch.int64)
+
+
+def layer_evidence(layer_updates: Sequence[torch.Tensor], xi: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, layer_size)`` matrix per layer."""
+    counted = [pairwise_cosines(u) for u in layer_updates]
+    return (torch.tensor([count_below(cos, valid, xi) for cos, valid in counted], dtype=torch.int64),
+            torch.tensor([valid_pairs(valid) for _, valid in counted], dtype=torch.int64))
+
+
+def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
+                             rows: Sequence[int] | None = None) -> torch.Tensor:
+    """GC_xi per layer (see :func:`layer_evidence_in_spans`)."""
+    return layer_evidence_in_spans(updates, spans, xi, rows)[0]
 
 
 def top_k_layers(scores: torch.Tensor, k: int) -> List[int]:

@@ -24,79 +24,16 @@ This module imports only torch and ``conflict.py``, so ``lag/`` drops into a PFL
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from .conflict import (GRANULARITIES, Layer, build_layers, conflict_scores_in_spans, top_k_layers,
-                       with_module_buffers)
+from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
+from .selector import SCHEDULES, SIGNALS, LagError, LagSettings, LayerSelector  # noqa: F401 (re-exported)
 
-SCHEDULES = ("every_round", "warmup")
-SIGNALS = ("delta", "last_batch")
 State = Dict[str, torch.Tensor]
-
-
-class LagError(ValueError):
-    """FedLAG cannot be applied as configured; the message says why."""
-
-
-@dataclass(frozen=True)
-class LagSettings:
-    top_k: int = 2
-    xi: float = 0.0
-    schedule: str = "every_round"
-    warmup: int = 30
-    granularity: str = "tensor"
-    signal: str = "delta"
-
-    @classmethod
-    def from_args(cls, args) -> "LagSettings":
-        rounds = int(getattr(args, "global_rounds", 60))
-        warmup = getattr(args, "lag_warmup", None)
-        settings = cls(top_k=int(getattr(args, "lag_top_k", 2)), xi=float(getattr(args, "lag_xi", 0.0)),
-                       schedule=getattr(args, "lag_schedule", "every_round"),
-                       warmup=min(rounds // 2, 30) if warmup is None else int(warmup),
-                       granularity=getattr(args, "lag_granularity", "tensor"),
-                       signal=getattr(args, "lag_signal", "delta"))
-        settings.check()
-        return settings
-
-    def check(self) -> None:
-        problems = []
-        if self.top_k < 0:
-            problems.append(f"--lag_top_k must be >= 0, got {self.top_k}")
-        if not -1.0 <= self.xi <= 0.0:
-            problems.append(f"--lag_xi must be in [-1, 0], got {self.xi}")
-        if self.warmup < 0:
-            problems.append(f"--lag_warmup must be >= 0, got {self.warmup}")
-        for flag, value, choices in (("--lag_schedule", self.schedule, SCHEDULES),
-                                     ("--lag_granularity", self.granularity, GRANULARITIES),
-                                     ("--lag_signal", self.signal, SIGNALS)):
-            if value not in choices:
-                problems.append(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
-        if problems:
-            raise LagError("; ".join(problems))
-
-    def next_personal(self, scores: torch.Tensor, scored: bool, rounds_done: int, personal: Tuple[int, ...],
-                      score_total: Optional[torch.Tensor]) -> Tuple[Tuple[int, ...], Optional[torch.Tensor]]:
-        """(personal layer indices, running score total) once this round's ``scores`` are in.
-
-        ``scored`` is false when the round had fewer than two uploads; ``rounds_done`` counts the rounds
-        before this one. ``every_round`` (the paper's Algorithm 1) re-selects the top-K from every
-        scored round; ``warmup`` (the authors' code) sums the scores over the first W rounds, then
-        freezes the top-K for good.
-        """
-        if self.schedule == "every_round":
-            return (tuple(top_k_layers(scores, self.top_k)) if scored else personal), score_total
-        warmup = max(self.warmup, 1)
-        if rounds_done >= warmup:
-            return personal, score_total
-        total = scores.clone() if score_total is None else score_total + scores
-        if rounds_done == warmup - 1:
-            personal = tuple(top_k_layers(total, self.top_k))
-        return personal, total
 
 
 class LayerConflictMixin:
@@ -105,17 +42,30 @@ class LayerConflictMixin:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lag = LagSettings.from_args(self.args)
-        self.lag_layers: Optional[List[Layer]] = None   # candidates, known after the first upload
-        self.lag_personal: Tuple[int, ...] = ()          # indices into lag_layers
-        self.lag_score_total: Optional[torch.Tensor] = None  # warm-up accumulator
-        self.lag_rounds = 0                               # uploads scored so far (= rounds)
-        self.lag_history: Dict[str, list] = {"scores": [], "personal": [], "uploads": []}
+        self.lag_selector: Optional[LayerSelector] = None  # built once the candidate layers are known
+        self._lag_unscored_before = 0                        # rounds that ended before that
         # Transient, rebuilt every round: flat-parameter layout, per-layer column spans, update matrix.
         self._lag_columns: Optional[Dict[str, Tuple[int, int]]] = None
         self._lag_spans: List[List[Tuple[int, int]]] = []
         self._lag_matrix: Optional[torch.Tensor] = None
         self._lag_rows: Dict[int, int] = {}     # client id -> row holding its starting parameters
         self._lag_scored: Dict[int, int] = {}   # client id -> row holding its last scored update
+        clients = getattr(self, "clients", None)
+        if clients and callable(getattr(clients[0], "shared_module", None)):
+            # What the base method shares is known before any upload: check K against it now.
+            self._lag_start(clients[0], clients[0].shared_module())
+
+    @property
+    def lag_layers(self) -> Optional[List[Layer]]:
+        return None if self.lag_selector is None else self.lag_selector.layers
+
+    @property
+    def lag_personal(self) -> Tuple[int, ...]:
+        return () if self.lag_selector is None else self.lag_selector.personal
+
+    def _lag_start(self, client, module: nn.Module) -> None:
+        """Build the selector on the layers the base method shares (it refuses a K that leaves none shared)."""
+        self.lag_selector = LayerSelector(self.lag, self._lag_candidate_layers(client, module), self.algorithm)
 
     # ----- broadcast: base behaviour, then personal layers put back --------------------------------
     def send_models(self):
@@ -139,23 +89,20 @@ class LayerConflictMixin:
     def receive_models(self):
         super().receive_models()
         uploads = list(zip(self._lag_upload_owners(), self.uploaded_models))
-        if self.lag_layers is None and uploads:
-            self.lag_layers = self._lag_candidate_layers(*uploads[0])
-        if self.lag_layers is None:
+        if self.lag_selector is None and uploads:
+            self._lag_start(*uploads[0])
+        if self.lag_selector is None:
+            self._lag_unscored_before += 1   # nothing uploaded yet: the round still gets its row
             return
         if not self._lag_spans:  # first round, or the layers came from a checkpoint
             self._lag_layout(self.clients[0])
             self._lag_spans = [self._lag_layer_spans(layer) for layer in self.lag_layers]
         rows = self._lag_collect_updates([client for client, _ in uploads])
-        scored = len(rows) >= 2
-        scores = (conflict_scores_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows) if scored
-                  else torch.zeros(len(self.lag_layers), dtype=torch.int64))
-        self._lag_choose(scores, scored)
-        personal = torch.zeros(len(self.lag_layers), dtype=torch.bool)
-        personal[list(self.lag_personal)] = True
-        self.lag_history["scores"].append(scores)
-        self.lag_history["personal"].append(personal)
-        self.lag_history["uploads"].append(len(rows))
+        evidence = (layer_evidence_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows)
+                    if len(rows) >= 2 else (None, None))
+        self.lag_selector.observe(*evidence, uploads=len(rows))
+        while self.lag_selector.notes:
+            print(f"note: {self.lag_selector.notes.pop(0)}")
 
     def _lag_upload_owners(self) -> List:
         """The client behind each upload, found by parameter identity.
@@ -176,6 +123,9 @@ class LayerConflictMixin:
 
     def _lag_collect_updates(self, clients: Sequence) -> List[int]:
         """Turn the update matrix's rows into ``h_u`` for the uploading clients; returns their rows."""
+        if not clients:
+            self._lag_scored = {}
+            return []
         if self.lag.signal == "last_batch":
             # The authors' code: the gradient of the last minibatch, left in .grad by local training.
             matrix = self._lag_buffer(len(clients), clients[0])
@@ -227,15 +177,10 @@ class LayerConflictMixin:
         row = self._lag_matrix[self._lag_scored[client_id]]
         return {name: row[a:b] for name, (a, b) in self._lag_columns.items()}
 
-    def _lag_choose(self, scores: torch.Tensor, scored: bool) -> None:
-        self.lag_personal, self.lag_score_total = self.lag.next_personal(
-            scores, scored, self.lag_rounds, self.lag_personal, self.lag_score_total)
-        self.lag_rounds += 1
-
     # ----- naming -------------------------------------------------------------------------------------
     def lag_personal_names(self) -> List[str]:
         """Full parameter names currently kept personal."""
-        return [n for i in self.lag_personal for n in self.lag_layers[i].tensors]
+        return [] if self.lag_selector is None else self.lag_selector.personal_names()
 
     def _lag_personal_tensors(self, client) -> State:
         """Live personal tensors of ``client``: the chosen parameters and their modules' buffers."""
@@ -266,8 +211,6 @@ class LayerConflictMixin:
         mapping = self._lag_full_names(client, module)
         shared = {full for rel, full in mapping.items() if shares is None or shares(rel)}
         ordered = [n for n, _ in client.model.named_parameters() if n in shared]
-        if not ordered:
-            raise LagError("the base method uploads no parameters, so there is nothing to personalise")
         return build_layers(ordered, self.lag.granularity)
 
     def _lag_layer_spans(self, layer: Layer) -> List[Tuple[int, int]]:
@@ -283,17 +226,13 @@ class LayerConflictMixin:
 
     # ----- state (checkpoints) -----------------------------------------------------------------------
     def lag_state(self) -> dict:
-        return {"layers": None if self.lag_layers is None else [[l.name, list(l.tensors)] for l in self.lag_layers],
-                "personal": list(self.lag_personal), "score_total": self.lag_score_total,
-                "rounds": self.lag_rounds, "history": {k: list(v) for k, v in self.lag_history.items()}}
+        return {"selector": None if self.lag_selector is None else self.lag_selector.state_dict(),
+                "unscored_before": self._lag_unscored_before}
 
     def load_lag_state(self, state: dict) -> None:
-        layers = state["layers"]
-        self.lag_layers = None if layers is None else [Layer(name, tuple(t)) for name, t in layers]
-        self.lag_personal = tuple(state["personal"])
-        self.lag_score_total = state["score_total"]
-        self.lag_rounds = int(state["rounds"])
-        self.lag_history = {k: list(v) for k, v in state["history"].items()}
+        selector = state["selector"]
+        self.lag_selector = None if selector is None else LayerSelector.from_state_dict(self.lag, selector)
+        self._lag_unscored_before = int(state["unscored_before"])
         self._lag_columns, self._lag_spans = None, []  # rebuilt from the layers at the next upload
 
     def get_state(self):
@@ -309,21 +248,14 @@ class LayerConflictMixin:
 
     # ----- results --------------------------------------------------------------------------------------
     def lag_results(self) -> Dict[str, object]:
-        """Arrays for the run's .h5: the per-layer conflict heatmap and the personal choice per round.
-
-        ``lag_conflict_scores[r, l]`` is GC_xi of layer l in round r; ``lag_personal[r, l]`` is the
-        choice made at the end of round r (it applies from the next broadcast); ``lag_num_uploads[r]``
-        is the number of clients scored, so C(uploads, 2) is the largest possible score.
-        """
-        names = [layer.name for layer in self.lag_layers or []]
-        width = len(names)
-
-        def rows(key: str, dtype: torch.dtype) -> torch.Tensor:
-            values = self.lag_history[key]
-            return torch.stack(values) if values else torch.zeros((0, width), dtype=dtype)
-        return {"lag_layer_names": names, "lag_conflict_scores": rows("scores", torch.int64),
-                "lag_personal": rows("personal", torch.bool),
-                "lag_num_uploads": torch.tensor(self.lag_history["uploads"], dtype=torch.int64)}
+        """The ``lag_*`` arrays for the run's .h5, one row per round (see ``LayerSelector.result_arrays``)."""
+        if self.lag_selector is None:
+            empty = torch.zeros((self._lag_unscored_before, 0))
+            return {"lag_layer_names": [], "lag_conflict_scores": empty.long(), "lag_pairs": empty.long(),
+                    "lag_personal": empty.bool(),
+                    "lag_num_uploads": torch.zeros(self._lag_unscored_before, dtype=torch.int64),
+                    "lag_scored": torch.zeros(self._lag_unscored_before, dtype=torch.bool)}
+        return self.lag_selector.result_arrays(unscored_before=self._lag_unscored_before)
 
     def result_arrays(self):
         arrays = super().result_arrays() if hasattr(super(), "result_arrays") else {}

@@ -24,14 +24,16 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.clients.clientbase import Client, DivergenceError
 from flcore.executors import SequentialExecutor, make_executor
-from flcore.state import export_attrs, import_attrs
+from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
-                              load_latest_checkpoint, remove_checkpoints, save_checkpoint, set_global_rng_state)
+                              has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
+                              remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
 from utils.data_utils import DatasetError, DatasetInfo, load_client_data
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
+from utils import progress
 from utils.progress import RoundReporter
-from utils.result_utils import result_path, write_results
+from utils.result_utils import RunLock, result_path, writable_problem, write_results, write_results_fallback
 from utils.seeding import sampler_rng
 
 
@@ -41,6 +43,12 @@ class RunError(RuntimeError):
 
 class ConfigError(ValueError):
     """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
+
+
+def run_results_file(args, run: int) -> Path:
+    """Where run ``run`` of the flags ``args`` writes its .h5 (``--results_dir``, default ``results/``)."""
+    folder = Path(args.results_dir) if args.results_dir else RESULTS_DIR
+    return result_path(folder, args.dataset, args.algorithm, args.goal, run)
 
 
 def require(*checks: tuple) -> None:
@@ -88,6 +96,13 @@ class Server:
         self.uploaded_models: List[nn.Module] = []
 
         self.current_round = 0
+        # Set by resume() from a checkpoint taken after the loop had ended (last round, or -ab): the
+        # rounds are over and only finish() and the new-client evaluation remain.
+        self.loop_done = False
+        # (intended .h5, why it could not be written) once results had to go to a fallback file.
+        self.results_fallback: Optional[tuple] = None
+        # A folder of checkpoints in the layout before they were keyed by flags that resume() read.
+        self.legacy_checkpoints: Optional[Path] = None
         # Every recorded series, by its name in the .h5 file; algorithms add their own via record().
         self.history: Dict[str, list] = {name: [] for name in ("rs_test_acc", "rs_test_auc", "rs_train_loss",
                                                                "rs_client_acc", "rs_eval_round", "rs_round_time")}
@@ -118,11 +133,45 @@ class Server:
 
     # ----- the round loop ----------------------------------------------------------------------
     def train(self) -> None:
-        reporter = RoundReporter(self.global_rounds + 1 - self.current_round, first=self.current_round,
+        """Run the remaining rounds, then :meth:`finish`, and write the results.
+
+        Before the first round the results name is locked (a second live run with the same name is
+        refused) and the checkpoint folder is tried, so an unwritable location stops the run at once.
+        """
+        try:
+            lock = RunLock(self.results_file()).acquire()
+        except OSError as err:
+            raise RunError(f"--results_dir: cannot write to {display_path(self.results_file().parent)} "
+                           f"({err.strerror or err}); choose a writable folder") from None
+        try:
+            self.check_outputs()
+            self.run_rounds()
+        finally:
+            lock.release()
+
+    def check_outputs(self) -> None:
+        """Refuse, before round 0, a results file or checkpoint folder that cannot be written."""
+        path = self.results_file()
+        if path.is_dir():
+            raise RunError(f"{display_path(path)} is a folder, where this run writes its results file; "
+                           f"move it away, or give another -go/--goal or --results_dir")
+        if self.checkpoint_every:
+            problem = writable_problem(self.checkpoint_folder())
+            if problem:
+                raise RunError(f"--checkpoint_every: cannot write checkpoints to "
+                               f"{display_path(self.checkpoint_folder())} ({problem}); choose another "
+                               f"--results_dir or run without --checkpoint_every")
+
+    def rounds_left(self) -> range:
+        return range(0) if self.loop_done else range(self.current_round, self.global_rounds + 1)
+
+    def run_rounds(self) -> None:
+        """THE round loop (see the module docstring), then :meth:`finish` and the results."""
+        reporter = RoundReporter(len(self.rounds_left()), first=self.current_round,
                                  title=f"{self.algorithm} on {self.dataset}")
         self.executor = make_executor(self, self.args)
         try:
-            for rnd in range(self.current_round, self.global_rounds + 1):
+            for rnd in self.rounds_left():
                 self.current_round = rnd
                 start = time.perf_counter()
                 self.selected_clients = self.select_clients()
@@ -135,9 +184,12 @@ class Server:
                 elapsed = time.perf_counter() - start
                 self.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)
+                # Decided before the checkpoint, which records it: a run killed during finish() and
+                # resumed must not train a round past the one -ab stopped at.
+                stop = bool(self.auto_break and self.check_done(self.rs_test_acc, self.top_cnt))
                 if self.checkpoint_every and (rnd + 1) % self.checkpoint_every == 0:
-                    self.save_checkpoint(rnd)
-                if self.auto_break and self.check_done(self.rs_test_acc, self.top_cnt):
+                    self.save_checkpoint(rnd, loop_done=stop or rnd == self.global_rounds)
+                if stop:
                     reporter.note(f"auto-break: best accuracy unchanged for {self.top_cnt} evaluations")
                     break
             self.finish()
@@ -148,12 +200,23 @@ class Server:
             raise RunError(
                 f"round {self.current_round}: {err} (learning rate {self.args.local_learning_rate}); "
                 f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
+        except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
+            path = self.save_results()
+            raise RunError(f"round {self.current_round}: {err}. Results so far kept in "
+                           f"{display_path(path)}") from None
         finally:
             reporter.close()
             self.executor.close()
             self.executor = SequentialExecutor()
-        self.save_results(complete=True)
+        path = self.save_results(complete=True)
+        if self.results_fallback:
+            intended, reason = self.results_fallback
+            kept = " (the checkpoints are kept)" if has_checkpoints(self.checkpoint_folder()) else ""
+            raise RunError(f"cannot write {display_path(intended)} ({reason}); the complete results were written "
+                           f"to {path} instead: move that file there{kept}")
         remove_checkpoints(self.checkpoint_folder())
+        if self.legacy_checkpoints is not None:
+            remove_checkpoints(self.legacy_checkpoints)
 
     def select_clients(self) -> List[Client]:
         count = self.num_join_clients
@@ -209,8 +272,14 @@ class Server:
     def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs") -> Summary:
         """Sample-weighted test accuracy/AUC over all clients and train loss (PFLLIB.md section 6)."""
         clients = self.clients if clients is None else clients
-        test = [c.test_metrics() for c in clients]
-        losses, counts = zip(*(c.train_metrics() for c in clients))
+        progress.current().begin("evaluate", len(clients))
+        test, losses, counts = [], [], []
+        for c in clients:
+            test.append(c.test_metrics())
+            loss, count = c.train_metrics()
+            losses.append(loss)
+            counts.append(count)
+            progress.current().advance()
         summary = summarize(test, losses, counts)
         self.record(f"{prefix}_test_acc", summary.accuracy)
         self.record(f"{prefix}_test_auc", summary.auc)
@@ -240,45 +309,162 @@ class Server:
         return len(values) - 1 - int(np.argmax(values)) > top_cnt
 
     # ----- state (checkpoints) -----------------------------------------------------------------
+    def state_names(self) -> tuple:
+        """The server attributes :meth:`get_state` saves and :meth:`set_state` restores (nothing else)."""
+        return ("global_model", "sampler", "current_round", "history") + tuple(self.persistent_attrs)
+
     def get_state(self) -> dict:
         """Everything needed to continue the run: server attributes and every client's state."""
-        names = ("global_model", "sampler", "current_round", "history") + tuple(self.persistent_attrs)
-        state = export_attrs(self, names)
+        state = export_attrs(self, self.state_names())
         state["clients"] = [client.get_state() for client in self.clients]
         return state
 
+    def check_state(self, state: object) -> None:
+        """Raise :class:`StateError` unless ``state`` (a :meth:`get_state` output) fits this server: the
+        declared attributes only, one state per client, tensors of the live shapes. Changes nothing."""
+        if not isinstance(state, dict):
+            raise StateError("server: expected a dict of attributes")
+        state = dict(state)
+        clients = state.pop("clients", None)
+        if not isinstance(clients, list) or len(clients) != len(self.clients):
+            found = f"{len(clients)}" if isinstance(clients, list) else "none"
+            raise StateError(f"server.clients: {len(self.clients)} client states expected, {found} found")
+        for client, client_state in zip(self.clients, clients):
+            check_attrs(client, client_state, client.state_names(), f"clients[{client.id}]")
+        for key, template in self._extra_state().items():
+            if key in state:
+                saved = state.pop(key)
+                if not isinstance(saved, dict) or set(saved) != set(template):
+                    raise StateError(f"server.{key}: expected the entries {sorted(template)}")
+                check_value(template, saved, f"server.{key}")
+        check_attrs(self, state, self.state_names(), "server")
+
+    def _extra_state(self) -> dict:
+        """State that a mixin adds to :meth:`get_state` under its own key, with its live value (the
+        layer-conflict mixin's selection state, under "lag")."""
+        return {"lag": self.lag_state()} if hasattr(self, "lag_state") else {}
+
     def set_state(self, state: dict) -> None:
+        """Load :meth:`get_state`'s output; checked in full first, so a state that does not fit changes nothing."""
+        self.check_state(state)
         state = dict(state)
         for client, client_state in zip(self.clients, state.pop("clients")):
             client.set_state(client_state)
-        import_attrs(self, state)
+        import_attrs(self, state, self.state_names())
         self._bind_history()
 
     def checkpoint_folder(self) -> Path:
-        return checkpoint_folder(self.results_file())
+        """This run's checkpoints: under its results name, in a folder of its result-affecting flags."""
+        return checkpoint_folder(self.results_file(), vars(self.args))
 
-    def save_checkpoint(self, rnd: int) -> Path:
-        """Everything needed to continue after round ``rnd``, including every random generator."""
-        payload = {"config": vars(self.args), "server": self.get_state(), "rng": global_rng_state()}
+    def save_checkpoint(self, rnd: int, loop_done: bool = False) -> Path:
+        """Everything needed to continue after round ``rnd``, including every random generator.
+
+        ``loop_done``: no round follows (the last round, or -ab stopped the run); a resumed run goes
+        straight to :meth:`finish`.
+        """
+        payload = {"config": vars(self.args), "server": self.get_state(), "rng": global_rng_state(),
+                   "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
         return save_checkpoint(self.checkpoint_folder(), rnd, payload)
 
-    def resume(self) -> Optional[str]:
-        """Continue from the newest usable checkpoint of this run; returns a note for the user, if any.
-
-        Refuses (``CheckpointError``) when the checkpoint was made with different flags.
-        """
-        found = load_latest_checkpoint(self.checkpoint_folder())
-        if found is None:
-            return "no checkpoint to resume from; starting from round 0"
-        differences = config_differences(found.payload["config"], vars(self.args))
+    def checkpoint_problem(self, payload: dict) -> Optional[str]:
+        """Why ``payload`` cannot continue this run, or None; checked before anything is loaded."""
+        if not {"config", "server", "rng"} <= set(payload) or not isinstance(payload["config"], dict):
+            return "not a checkpoint of this program (no config, server or rng entry)"
+        differences = config_differences(payload["config"], vars(self.args))
         if differences:
-            raise CheckpointError("cannot resume: the checkpoint was made with other flags ("
-                                  + "; ".join(differences) + "); rerun with the original flags or without --resume")
-        self.set_state(found.payload["server"])
-        set_global_rng_state(found.payload["rng"])
+            return "made with other flags (" + "; ".join(differences) + ")"
+        rnd = payload_round(payload)
+        if rnd is None:
+            return "holds no valid round number (not a checkpoint of this program)"
+        if rnd > self.global_rounds:
+            return f"its round {rnd} is past -gr {self.global_rounds}"
+        threads, loop_done = payload.get("threads"), payload.get("loop_done", False)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)) \
+                or not isinstance(loop_done, bool):
+            return "not a checkpoint of this program (threads or loop_done entry of the wrong kind)"
+        problem = rng_state_problem(payload["rng"])
+        try:
+            self.check_state(payload["server"])
+        except StateError as err:
+            problem = problem or str(err)
+        if problem:
+            return f"does not fit this run ({problem}); it was not loaded"
+        return None
+
+    def resume(self) -> Optional[str]:
+        """Continue from the newest usable checkpoint of this run's flags; returns a note for the user.
+
+        Unusable checkpoints (no or wrong checksum, unloadable, not fitting this server) are skipped and
+        named; with none usable the run starts from round 0 and says so. Refuses (``CheckpointError``)
+        when the only checkpoints under this results name were made with other flags.
+        """
+        folder = self.checkpoint_folder()
+        try:
+            found = load_latest_checkpoint(folder, check=self.checkpoint_problem)
+        except CheckpointError as err:
+            return f"{err}; starting from round 0"
+        if found is None:
+            found = self._checkpoint_of_other_folders(folder)
+            if found is None:
+                return "no checkpoint to resume from; starting from round 0"
+        try:
+            self.set_state(found.payload["server"])
+            set_global_rng_state(found.payload["rng"])
+        except (StateError, RuntimeError, ValueError, KeyError, TypeError) as err:
+            # Past every check, so the server may be half loaded: no other checkpoint can be tried now.
+            raise CheckpointError(f"{display_path(found.path)} passed its checks but cannot be loaded "
+                                  f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
+                                  f"and rerun with --resume") from None
         self.current_round = found.round + 1
+        self.loop_done = found.payload.get("loop_done", False)
         notes = [f"skipped {s}" for s in found.skipped]
-        return "; ".join(notes + [f"resumed after round {found.round}"])
+        threads_note = self._match_checkpoint_threads(found.payload.get("threads"))
+        if threads_note:
+            notes.append(threads_note)
+        if found.path is not None and found.path.parent != folder:  # old layout: continue in the new one
+            self.legacy_checkpoints = found.path.parent
+            notes.append(f"read {display_path(found.path)}")
+        done = " (no round left)" if self.loop_done else ""
+        return "; ".join(notes + [f"resumed after round {found.round}{done}"])
+
+    def _checkpoint_of_other_folders(self, folder: Path):
+        """With no checkpoint of this run's flags: a checkpoint under the same results name in the layout
+        from before checkpoints were keyed by flags, if made with the same flags; else refuse, listing
+        the differences, when there are checkpoints of other flags; else None."""
+        differences: List[str] = []
+        blocking: Optional[Path] = None
+        for other in other_checkpoint_folders(folder):
+            try:
+                found = load_latest_checkpoint(other)
+            except CheckpointError:
+                continue
+            config = found.payload.get("config") if isinstance(found.payload, dict) else None
+            diff = config_differences(config, vars(self.args)) if isinstance(config, dict) else ["unreadable flags"]
+            if not diff and self.checkpoint_problem(found.payload) is None:
+                return found
+            if blocking is None:
+                differences, blocking = diff, other
+        if blocking is not None:
+            raise CheckpointError(
+                f"cannot resume: the checkpoints of {self.results_file().stem} were made with other flags ("
+                + "; ".join(differences) + f"); rerun with the original flags, or delete {display_path(blocking)} "
+                f"(or run without --resume) to start these flags from round 0")
+        return None
+
+    def _match_checkpoint_threads(self, saved: Optional[int]) -> str:
+        """Use the checkpoint's intra-op thread count, unless ``--threads`` asks for another one.
+
+        Float sums are split across threads, so the same run under another count differs in the last bits.
+        """
+        current = torch.get_num_threads()
+        if not saved or int(saved) == current:
+            return ""
+        if not getattr(self.args, "threads", 0):
+            torch.set_num_threads(int(saved))
+            return f"using the checkpoint's {int(saved)} intra-op threads (this machine's default is {current})"
+        return (f"the checkpoint ran with {int(saved)} intra-op threads and --threads asks for {current}: "
+                f"the resumed results will differ from an uninterrupted run in the last bits")
 
     # ----- results -----------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:
@@ -286,15 +472,37 @@ class Server:
         return {name: np.asarray(values) for name, values in self.history.items()}
 
     def result_attrs(self) -> Dict[str, object]:
-        return {"config": portable_config(vars(self.args)), "run": self.times, "algorithm": self.algorithm,
+        # What bitwise reproducibility depends on besides the flags: the torch build and its thread count.
+        config = dict(portable_config(vars(self.args)), torch_version=torch.__version__,
+                      intra_op_threads=torch.get_num_threads())
+        return {"config": config, "run": self.times, "algorithm": self.algorithm,
                 "dataset": self.dataset, "rounds_done": len(self.history["rs_round_time"])}
 
     def results_file(self) -> Path:
-        folder = Path(self.args.results_dir) if self.args.results_dir else RESULTS_DIR
-        return result_path(folder, self.dataset, self.algorithm, self.goal, self.times)
+        return run_results_file(self.args, self.times)
 
     def save_results(self, complete: bool = False) -> Path:
-        """Write the run's .h5; ``complete`` marks a run that reached its end (batch tools skip those)."""
+        """Write the run's .h5 and return where it went; ``complete`` marks a run that reached its end
+        (batch tools skip those).
+
+        When the file cannot be written (a full disk, a folder removed or made read-only during the run)
+        the results go to a file in the temporary or home folder instead, and :attr:`results_fallback`
+        says why; when nothing can be written, :class:`RunError` says so and where the newest
+        checkpoint is.
+        """
         path = self.results_file()
-        write_results(path, self.result_arrays(), dict(self.result_attrs(), complete=complete))
-        return path
+        arrays, attrs = self.result_arrays(), dict(self.result_attrs(), complete=complete)
+        try:
+            write_results(path, arrays, attrs)
+            return path
+        except (OSError, RuntimeError) as err:  # h5py reports some write failures as RuntimeError
+            reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        fallback, failures = write_results_fallback(path, arrays, attrs)
+        if fallback is None:
+            folder = self.checkpoint_folder()
+            kept = (f"the newest checkpoint in {display_path(folder)} holds the rounds it saved; free space and "
+                    f"rerun with --resume" if has_checkpoints(folder) else "no checkpoint holds them")
+            raise RunError(f"cannot write {display_path(path)} ({reason}) nor a copy ({'; '.join(failures)}); "
+                           f"{kept}")
+        self.results_fallback = (path, reason)
+        return fallback

@@ -1,0 +1,292 @@
+"""FedLAG's layer choice as one plain object: the conflict evidence gathered round by round, the rule
+that turns it into a set of personal layers, the history of both, and their state for checkpoints.
+
+Three rules (``--lag_schedule``):
+
+* ``smoothed`` (the default, chosen by measurement: ``benchmarks/fedlag_stability.py``). Each layer's
+  conflict *rate* is the number of conflicting pairs over the number of scored pairs, both summed over
+  the rounds with a decay ``--lag_decay`` per scored round, so a round with 6 pairs (4 uploads) weighs
+  what it knows and no more, and a round with no pair changes nothing. The personal set changes with
+  hysteresis: it fills up to K with the layers of highest positive rate, and an incumbent gives way only
+  to a layer whose rate beats it by more than ``--lag_margin``. A layer that returns from personal to
+  shared has every client's copy replaced by one average, which is what made FedLAG lose what it had
+  learned; the rule makes that rare and deliberate.
+* ``every_round``: the paper's Algorithm 1, the top-K of each round's own counts.
+* ``warmup``: the authors' code, counts summed over the first W scored rounds, then frozen.
+
+In every rule a layer with no conflict at all is never chosen (with no evidence, nothing new is
+personalised), and a round with fewer than two uploads is recorded but changes nothing.
+
+Imports only torch, so ``lag/`` can be copied into a PFLlib checkout unchanged.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from .conflict import GRANULARITIES, Layer
+
+SCHEDULES = ("smoothed", "every_round", "warmup")
+SIGNALS = ("delta", "last_batch")
+
+
+class LagError(ValueError):
+    """FedLAG cannot be applied as configured; the message says why."""
+
+
+def default_warmup(global_rounds: int) -> int:
+    """The authors' warm-up length, min(floor(R / 2), 30), at least one round."""
+    return max(1, min(int(global_rounds) // 2, 30))
+
+
+@dataclass(frozen=True)
+class LagSettings:
+    """FedLAG's knobs; the one definition behind the ``--lag_*`` flags."""
+    top_k: int = 1
+    xi: float = 0.0
+    schedule: str = "smoothed"
+    warmup: int = 30
+    granularity: str = "module"
+    signal: str = "delta"
+    decay: float = 0.9
+    margin: float = 0.1
+
+    @classmethod
+    def from_args(cls, args) -> "LagSettings":
+        rounds = int(getattr(args, "global_rounds", 60))
+        warmup = getattr(args, "lag_warmup", None)
+        defaults = cls()
+        settings = cls(top_k=int(getattr(args, "lag_top_k", defaults.top_k)),
+                       xi=float(getattr(args, "lag_xi", defaults.xi)),
+                       schedule=getattr(args, "lag_schedule", defaults.schedule),
+                       warmup=default_warmup(rounds) if warmup is None else int(warmup),
+                       granularity=getattr(args, "lag_granularity", defaults.granularity),
+                       signal=getattr(args, "lag_signal", defaults.signal),
+                       decay=float(getattr(args, "lag_decay", defaults.decay)),
+                       margin=float(getattr(args, "lag_margin", defaults.margin)))
+        settings.check(global_rounds=rounds)
+        return settings
+
+    def check(self, global_rounds: Optional[int] = None) -> None:
+        problems = []
+        if self.top_k < 0:
+            problems.append(f"--lag_top_k must be >= 0, got {self.top_k}")
+        if not -1.0 <= self.xi <= 0.0:
+            problems.append(f"--lag_xi must be in [-1, 0], got {self.xi}")
+        if not 0.0 < self.decay <= 1.0:
+            problems.append(f"--lag_decay must be in (0, 1], got {self.decay}")
+        if not (math.isfinite(self.margin) and self.margin >= 0.0):
+            problems.append(f"--lag_margin must be >= 0, got {self.margin}")
+        if self.schedule == "warmup":
+            if self.warmup < 1:
+                problems.append(f"--lag_warmup must be >= 1 with --lag_schedule warmup, got {self.warmup}")
+            elif global_rounds is not None and self.warmup > global_rounds:
+                problems.append(f"--lag_warmup {self.warmup} is longer than the run (-gr {global_rounds} trains "
+                                f"rounds 0..{global_rounds}, so no round would be personalised); "
+                                f"use --lag_warmup <= {global_rounds}")
+        elif self.warmup < 0:
+            problems.append(f"--lag_warmup must be >= 0, got {self.warmup}")
+        for flag, value, choices in (("--lag_schedule", self.schedule, SCHEDULES),
+                                     ("--lag_granularity", self.granularity, GRANULARITIES),
+                                     ("--lag_signal", self.signal, SIGNALS)):
+            if value not in choices:
+                problems.append(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        if problems:
+            raise LagError("; ".join(problems))
+
+
+# The --lag_* flags: (flag, LagSettings field, argparse keywords). Defaults and choices come from
+# LagSettings, so the project's main.py, the PFLlib patch and the Flower app share one definition.
+_FLAG_HELP = (
+    ("--lag_top_k", "top_k", dict(type=int, help="personalised layers K (0 = the base method exactly)")),
+    ("--lag_xi", "xi", dict(type=float, help="cosine threshold xi in [-1, 0]; a pair conflicts when cos < xi")),
+    ("--lag_schedule", "schedule", dict(choices=SCHEDULES, help=(
+        "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's "
+        "top-K); warmup: the authors' code (sum W rounds, then freeze)"))),
+    ("--lag_warmup", "warmup", dict(type=int, help="warm-up rounds W of the warmup schedule "
+                                                   "(default: min(gr // 2, 30))")),
+    ("--lag_granularity", "granularity", dict(choices=GRANULARITIES, help=(
+        "a layer is a module (weight and bias together) or a single parameter tensor"))),
+    ("--lag_signal", "signal", dict(choices=SIGNALS, help=(
+        "update scored: parameters after minus before local training, or the last batch's gradient"))),
+    ("--lag_decay", "decay", dict(type=float, help="smoothed: weight kept by the evidence so far at each "
+                                                   "scored round, in (0, 1]")),
+    ("--lag_margin", "margin", dict(type=float, help="smoothed: lead in conflict rate a layer needs to "
+                                                     "displace a personal one")),
+)
+
+
+def add_lag_arguments(parser) -> None:
+    """Add the ``--lag_*`` flags to an argparse parser (those it already has are left alone)."""
+    defaults = LagSettings()
+    existing = getattr(parser, "_option_string_actions", {})
+    for flag, field, keywords in _FLAG_HELP:
+        if flag in existing:
+            continue
+        default = None if field == "warmup" else getattr(defaults, field)
+        parser.add_argument(flag, default=default, **keywords)
+
+
+def lag_flag_problems(args) -> List[str]:
+    """The ``--lag_*`` values that :class:`LagSettings` refuses, as messages naming the flags."""
+    try:
+        LagSettings.from_args(args)
+    except LagError as err:
+        return [str(err)]
+    return []
+
+
+# ----- the rules, as pure functions ----------------------------------------------------------------------
+def top_k_positive(scores: torch.Tensor, k: int) -> Tuple[int, ...]:
+    """Indices of the ``k`` highest positive scores, ties to the earlier layer; fewer if fewer are positive."""
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))  # sorted() is stable
+    return tuple(sorted(i for i in order[:max(k, 0)] if float(scores[i]) > 0))
+
+
+def conflict_rates(conflicts: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """Conflicting pairs / scored pairs per layer (float64), 0 where no pair was scored."""
+    conflicts, pairs = conflicts.double(), pairs.double()
+    return torch.where(pairs > 0, conflicts / pairs.clamp(min=1e-300), torch.zeros_like(pairs))
+
+
+def hysteresis_choice(rates: torch.Tensor, current: Sequence[int], k: int, margin: float) -> Tuple[int, ...]:
+    """The personal set after one update of the rates.
+
+    Fill free places with the layers of highest positive rate; then a challenger replaces the weakest
+    incumbent only when its rate is higher by more than ``margin``. Ties rank the earlier layer first,
+    so the result depends on the rates alone (not on the order clients uploaded in).
+    """
+    if k <= 0:
+        return ()
+    rank = lambda i: (-float(rates[i]), i)  # noqa: E731 - higher rate first, then the earlier layer
+    chosen = [i for i in current if i < len(rates)][:max(k, 0)]
+    challengers = sorted((i for i in range(len(rates)) if i not in chosen and float(rates[i]) > 0), key=rank)
+    for challenger in challengers:
+        if len(chosen) < k:
+            chosen.append(challenger)
+            continue
+        weakest = max(chosen, key=rank)
+        if float(rates[challenger]) > float(rates[weakest]) + margin:
+            chosen[chosen.index(weakest)] = challenger
+        else:
+            break  # challengers come in falling rate: none after this one can do better
+    return tuple(sorted(chosen))
+
+
+# ----- the object ------------------------------------------------------------------------------------------
+class LayerSelector:
+    """The candidate layers, the personal set, the accumulated evidence and the per-round history."""
+
+    def __init__(self, settings: LagSettings, layers: Sequence[Layer], method: str = "the base method"):
+        """``layers``: the candidates, i.e. what ``method`` shares. A K that would keep every one of them
+        personal is refused: that is training each client alone (Local), not FedLAG."""
+        if not layers:
+            raise LagError(f"{method} shares no parameters, so there is nothing to personalise")
+        if settings.top_k >= len(layers):
+            raise LagError(f"--lag_top_k {settings.top_k} would keep every one of the {len(layers)} layers "
+                           f"{method} shares personal ({', '.join(layer.name for layer in layers)}), which is "
+                           f"training each client alone (Local); use --lag_top_k below {len(layers)}"
+                           + ("" if settings.granularity == "tensor" else " or --lag_granularity tensor"))
+        self.settings = settings
+        self.layers: List[Layer] = list(layers)
+        self.personal: Tuple[int, ...] = ()
+        width = len(self.layers)
+        self.conflicts = torch.zeros(width, dtype=torch.float64)  # decayed (smoothed) or summed (warmup)
+        self.pairs = torch.zeros(width, dtype=torch.float64)
+        self.scored_rounds = 0
+        self.history: Dict[str, list] = {key: [] for key in ("scores", "pairs", "personal", "uploads", "scored")}
+        self.notes: List[str] = []   # things the user should hear about, printed by the caller
+
+    # ----- one round ----------------------------------------------------------------------------------------
+    def observe(self, conflicts: Optional[torch.Tensor], pairs: Optional[torch.Tensor], uploads: int
+                ) -> Tuple[int, ...]:
+        """Take one round's evidence (None when it could not be scored) and return the personal set.
+
+        ``conflicts[l]`` is GC_xi of layer l, ``pairs[l]`` the number of pairs of non-zero updates it
+        was counted over. The choice applies from the next broadcast. Every call adds one history row.
+        """
+        width = len(self.layers)
+        scored = conflicts is not None and pairs is not None and bool((pairs > 0).any())
+        if scored:
+            self._update(conflicts.double(), pairs.double())
+        mask = torch.zeros(width, dtype=torch.bool)
+        mask[list(self.personal)] = True
+        self.history["scores"].append(conflicts.to(torch.int64) if scored else torch.zeros(width, dtype=torch.int64))
+        self.history["pairs"].append(pairs.to(torch.int64) if scored else torch.zeros(width, dtype=torch.int64))
+        self.history["personal"].append(mask)
+        self.history["uploads"].append(int(uploads))
+        self.history["scored"].append(scored)
+        return self.personal
+
+    def _update(self, conflicts: torch.Tensor, pairs: torch.Tensor) -> None:
+        s = self.settings
+        if s.schedule == "every_round":
+            chosen = top_k_positive(conflicts, s.top_k)
+            self.personal = chosen if chosen else self.personal
+        elif s.schedule == "warmup":
+            if self.scored_rounds < s.warmup:
+                self.conflicts += conflicts
+                self.pairs += pairs
+                if self.scored_rounds == s.warmup - 1:
+                    self.personal = top_k_positive(self.conflicts, s.top_k)
+                    if not self.personal and s.top_k > 0:
+                        self.notes.append(f"FedLAG warm-up: no conflicting pair in {s.warmup} scored rounds "
+                                          f"(--lag_xi {s.xi}); no layer is personalised")
+        else:
+            self.conflicts.mul_(s.decay).add_(conflicts)
+            self.pairs.mul_(s.decay).add_(pairs)
+            self.personal = hysteresis_choice(self.rates(), self.personal, s.top_k, s.margin)
+        self.scored_rounds += 1
+
+    def rates(self) -> torch.Tensor:
+        """The accumulated conflict rate of every layer."""
+        return conflict_rates(self.conflicts, self.pairs)
+
+    # ----- naming -----------------------------------------------------------------------------------------
+    def personal_names(self) -> List[str]:
+        """Parameter names of the personal layers."""
+        return [name for i in self.personal for name in self.layers[i].tensors]
+
+    def layer_names(self) -> List[str]:
+        return [layer.name for layer in self.layers]
+
+    # ----- state (checkpoints) ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"layers": [[layer.name, list(layer.tensors)] for layer in self.layers],
+                "personal": list(self.personal), "conflicts": self.conflicts.clone(), "pairs": self.pairs.clone(),
+                "scored_rounds": self.scored_rounds, "history": {k: list(v) for k, v in self.history.items()}}
+
+    @classmethod
+    def from_state_dict(cls, settings: LagSettings, state: dict) -> "LayerSelector":
+        selector = cls(settings, [Layer(name, tuple(tensors)) for name, tensors in state["layers"]], "the run")
+        selector.personal = tuple(int(i) for i in state["personal"])
+        selector.conflicts = state["conflicts"].clone().double()
+        selector.pairs = state["pairs"].clone().double()
+        selector.scored_rounds = int(state["scored_rounds"])
+        selector.history = {k: list(v) for k, v in state["history"].items()}
+        return selector
+
+    # ----- results ------------------------------------------------------------------------------------------
+    def result_arrays(self, unscored_before: int = 0) -> Dict[str, object]:
+        """The run's ``lag_*`` arrays, one row per round (``unscored_before`` rounds came before the layers
+        were known: they are rows of zeros marked unscored).
+
+        ``lag_conflict_scores[r, l]`` is GC_xi of layer l in round r, ``lag_pairs[r, l]`` the pairs it was
+        counted over, ``lag_personal[r, l]`` the choice made at the end of round r (it applies from the next
+        broadcast), ``lag_num_uploads[r]`` the clients scored and ``lag_scored[r]`` whether round r had
+        evidence at all.
+        """
+        width = len(self.layers)
+        h = self.history
+
+        def rows(key: str, dtype: torch.dtype) -> torch.Tensor:
+            pad = [torch.zeros(width, dtype=dtype)] * unscored_before
+            values = pad + list(h[key])
+            return torch.stack(values) if values else torch.zeros((0, width), dtype=dtype)
+        return {"lag_layer_names": self.layer_names(), "lag_conflict_scores": rows("scores", torch.int64),
+                "lag_pairs": rows("pairs", torch.int64), "lag_personal": rows("personal", torch.bool),
+                "lag_num_uploads": torch.tensor([0] * unscored_before + h["uploads"], dtype=torch.int64),
+                "lag_scored": torch.tensor([False] * unscored_before + h["scored"], dtype=torch.bool)}
