@@ -8,6 +8,7 @@ Runs ``-pv .. -t-1`` (run ``i`` seeded with ``--seed + i``), writes one ``.h5`` 
 """
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flcore.lag.mixin import LagError  # noqa: E402
-from flcore.registry import UnknownAlgorithmError  # noqa: E402
+from flcore.registry import UnknownAlgorithmError, lag_base  # noqa: E402
 from flcore.runner import DeviceError, build_server, prepare  # noqa: E402
 from flcore.servers.serverbase import ConfigError, RunError  # noqa: E402
 from flcore.trainmodel.models import UnknownModelError  # noqa: E402
@@ -54,10 +55,30 @@ def run(args) -> None:
         print(f"\nbest accuracy over {args.times - args.prev} runs: {mean:.4f} +- {std:.4f}")
 
 
+def comparison_hint(algorithm: str, argv: list) -> str:
+    """After a FedLAG or ``X+LAG`` run: the same command for the base method, to see what LAG changed."""
+    base = "FedAvg" if algorithm == "FedLAG" else lag_base(algorithm)
+    if base == algorithm:
+        return ""
+    words, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("-algo", "--algorithm"):
+            skip = True
+        elif not word.startswith(("-algo=", "--algorithm=")):
+            words.append(shlex.quote(word))
+    return f"compare with the base method: python system/main.py -algo {base} {' '.join(words)}".rstrip()
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     try:
         run(args)
+        hint = comparison_hint(args.algorithm, argv)
+        if hint:
+            print(hint)
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

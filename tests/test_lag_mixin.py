@@ -211,3 +211,11 @@ def test_warmup_longer_than_the_run_and_zero_warmup_are_refused_at_parse_time(da
         assert message in capsys.readouterr().err
     with pytest.raises(LagError, match="--lag_warmup 9 is longer"):
         LagSettings(schedule="warmup", warmup=9).check(global_rounds=4)
+
+
+def test_a_lag_run_ends_with_the_command_for_its_base_method():
+    from main import comparison_hint
+    assert comparison_hint("FedLAG", ["-algo", "FedLAG", "-gr", "50", "-go", "my run"]) == \
+        "compare with the base method: python system/main.py -algo FedAvg -gr 50 -go 'my run'"
+    assert comparison_hint("FedRep+LAG", ["--algorithm=FedRep+LAG", "-jr", "0.2"]).endswith("-algo FedRep -jr 0.2")
+    assert comparison_hint("FedAvg", ["-algo", "FedAvg"]) == ""

@@ -26,7 +26,7 @@ def write_run(folder, dataset, algorithm, run, acc, complete=True, goal="g", lag
         arrays.update({"lag_layer_names": np.array(LAYERS), "lag_conflict_scores": SCORES,
                        "lag_personal": PERSONAL, "lag_num_uploads": np.array([4, 4, 4, 3])})
     cfg = {"dataset": dataset, "algorithm": algorithm, "goal": goal, "model": "CNN", "seed": run,
-           "lag_xi": 0.0, "lag_top_k": 2, **(config or {})}
+           "lag_xi": 0.0, "lag_top_k": 1, **(config or {})}
     path = result_path(folder, dataset, algorithm, goal, run)
     write_results(path, arrays, {"config": cfg, "run": run, "algorithm": algorithm, "dataset": dataset,
                                  "complete": complete, "rounds_done": len(acc)})

@@ -26,11 +26,12 @@ def test_generators_resume_their_streams():
 
 def test_a_server_loaded_from_state_continues_exactly_like_the_original(data_dir, tmp_path):
     for algorithm in ("FedAvg", "FedLAG"):
-        original = server_for(data_dir, tmp_path, "-algo", algorithm, "-jr", "0.5", "-m", "CNN")
+        original = server_for(data_dir, tmp_path, "-algo", algorithm, "-jr", "0.5", "-m", "CNN", "--lag_top_k", "2")
         play_round(original)
         torch.save(original.get_state(), tmp_path / "state.pt")
         saved = torch.load(tmp_path / "state.pt", weights_only=True)  # no arbitrary pickle needed
-        twin = server_for(data_dir, tmp_path, "-algo", algorithm, "-jr", "0.5", "-m", "CNN", "--seed", "7")
+        twin = server_for(data_dir, tmp_path, "-algo", algorithm, "-jr", "0.5", "-m", "CNN", "--lag_top_k", "2",
+                          "--seed", "7")
         twin.set_state(saved)
         for _ in range(2):  # the second round uses the personal set chosen after the load
             play_round(original)

@@ -129,7 +129,8 @@ def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_p
             if state.startswith("different"):
                 raise GenerateError(f"{out} holds another split ({state[len('different: '):]}); pass --force "
                                     f"to replace it, or --name to write another folder")
-        x, y = load_raw(args.source, DATASET_ROOT / name / "rawdata")
+        # The download goes under --root too: a generator writes nowhere but the folder it was given.
+        x, y = load_raw(args.source, Path(args.root) / name / "rawdata")
         config = build_dataset(out, x, y, options, source=name)
     except (PartitionError, DatasetFileError, GenerateError, FileNotFoundError) as err:
         print(f"error: {err}")
