@@ -191,6 +191,7 @@ def test_a_killed_raylet_stops_the_run_with_one_line_and_keeps_results(data_dir,
 
 def test_an_unreachable_ray_address_is_refused_in_seconds(data_dir, tmp_path):
     """Nothing listens on 127.0.0.1:1: one line naming the flag and the fix, exit status 2, no waiting."""
+    pytest.importorskip("ray")
     command = [sys.executable, str(MAIN), "-data", "Toy", "-nc", "6", "-gr", "1", "-dev", "cpu", "-m", "DNN",
                "--data_dir", str(data_dir), "--results_dir", str(tmp_path), "--executor", "ray",
                "--ray_address", "127.0.0.1:1"]
@@ -203,3 +204,11 @@ def test_an_unreachable_ray_address_is_refused_in_seconds(data_dir, tmp_path):
         "error: cannot reach a Ray cluster at --ray_address 127.0.0.1:1 (Connection refused); start one there "
         "(ray start --head --port 1), fix the address, or leave --ray_address empty to start a local Ray"]
     assert not list(tmp_path.glob("*.h5"))
+
+
+def test_the_ray_executor_without_ray_installed_is_one_line_before_any_data(monkeypatch):
+    from utils.options import parse_args, setup_problems
+    monkeypatch.setitem(sys.modules, "ray", None)  # as on a machine with only requirements.txt
+    problems, _ = setup_problems(parse_args(["--executor", "ray"]))
+    assert problems == ["--executor ray needs Ray, which is not installed: pip install -r "
+                        "requirements-distributed.txt (or run with --executor sequential)"]

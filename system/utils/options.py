@@ -213,6 +213,15 @@ def value_problems(args: argparse.Namespace, reported: Sequence[str] = ()) -> Li
     return problems
 
 
+def ray_installed() -> bool:
+    """Whether ``import ray`` works (Ray is an optional extra: requirements-distributed.txt)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def setup_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     """(problems, warnings) of flag combinations that parse but make a run pointless or odd.
 
@@ -220,6 +229,9 @@ def setup_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     still build such servers on purpose (e.g. a round without uploads).
     """
     problems, warnings = [], []
+    if args.executor == "ray" and not ray_installed():
+        problems.append("--executor ray needs Ray, which is not installed: pip install -r "
+                        "requirements-distributed.txt (or run with --executor sequential)")
     if not (0 < args.join_ratio <= 1 and 0 <= args.client_drop_rate < 1 and args.num_clients >= 1):
         return problems, warnings  # already refused by validate()
     # The same arithmetic as Server.__init__ and Server.receive_models.
