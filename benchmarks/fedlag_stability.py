@@ -141,12 +141,13 @@ def plot(curves: dict, out: Path, datasets: Sequence[str], jrs: Sequence[float])
     for dataset in datasets:
         fig, axes = plt.subplots(1, len(jrs), figsize=(6 * len(jrs), 4), squeeze=False)
         for ax, jr in zip(axes[0], jrs):
-            for label in METHODS:
+            for index, label in enumerate(METHODS):
                 acc = curves.get((dataset, jr, label))
                 if acc is None or "+LAG" in label or label == "Ditto":
                     continue
                 style = "-" if label.startswith("FedLAG") else ":"
-                ax.plot(100 * acc, style, label=label, linewidth=2 if label.endswith("(default)") else 1)
+                ax.plot(100 * acc, style, label=label, color=f"C{index % 10}",  # one colour per method in every panel
+                        linewidth=2 if label.endswith("(default)") else 1)
             ax.set_title(f"{dataset}, Dirichlet 0.1, jr {jr:g} (mean over seeds)")
             ax.set_xlabel("round")
             ax.set_ylabel("test accuracy (%)")
