@@ -7,7 +7,6 @@ standard library only); the patched ``main.py`` runs in subprocesses from ``syst
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys

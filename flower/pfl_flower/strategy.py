@@ -24,7 +24,6 @@ from logging import INFO, WARNING
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -117,10 +116,6 @@ class FedLagStrategy(FedAvg):
         log(INFO, "\t└──> FedLAG round %d: conflict scores %s; personal: %s", server_round,
             self.selector.history["scores"][-1].tolist(), self.personal_names() or "none")
         return task.to_record(average), MetricRecord({"num-uploads": len(updates)})
-
-    @property
-    def personal(self) -> Tuple[int, ...]:
-        return self.selector.personal
 
     # ----- evaluation --------------------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,

@@ -111,6 +111,12 @@ def conflict_scores(layer_updates: Sequence[torch.Tensor], xi: float) -> torch.T
     return torch.tensor([conflict_count(u, xi) for u in layer_updates], dtype=torch.int64)
 
 
+def _evidence(counted: Sequence[Tuple[torch.Tensor, torch.Tensor]], xi: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(GC_xi, valid pairs) per layer from each layer's ``(cosines, valid rows)``, as int64 vectors."""
+    return (torch.tensor([count_below(cos, valid, xi) for cos, valid in counted], dtype=torch.int64),
+            torch.tensor([valid_pairs(valid) for _, valid in counted], dtype=torch.int64))
+
+
 def layer_evidence_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
                             rows: Sequence[int] | None = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, parameters)`` matrix.
@@ -120,24 +126,20 @@ def layer_evidence_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tupl
     clients (all by default). Both results are int64 vectors, one entry per layer.
     """
     index = None if rows is None else torch.as_tensor(list(rows), dtype=torch.long, device=updates.device)
-    conflicts, pairs = [], []
+    counted = []
     for layer_spans in spans:
         block = (updates[:, layer_spans[0][0]:layer_spans[0][1]] if len(layer_spans) == 1
                  else torch.cat([updates[:, a:b] for a, b in layer_spans], dim=1))
         gram = block @ block.T
         if index is not None:
             gram = gram[index][:, index]
-        cos, valid = gram_cosines(gram)
-        conflicts.append(count_below(cos, valid, xi))
-        pairs.append(valid_pairs(valid))
-    return torch.tensor(conflicts, dtype=torch.int64), torch.tensor(pairs, dtype=torch.int64)
+        counted.append(gram_cosines(gram))
+    return _evidence(counted, xi)
 
 
 def layer_evidence(layer_updates: Sequence[torch.Tensor], xi: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, layer_size)`` matrix per layer."""
-    counted = [pairwise_cosines(u) for u in layer_updates]
-    return (torch.tensor([count_below(cos, valid, xi) for cos, valid in counted], dtype=torch.int64),
-            torch.tensor([valid_pairs(valid) for _, valid in counted], dtype=torch.int64))
+    return _evidence([pairwise_cosines(u) for u in layer_updates], xi)
 
 
 def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
@@ -148,5 +150,5 @@ def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tup
 
 def top_k_layers(scores: torch.Tensor, k: int) -> List[int]:
     """Indices of the ``k`` highest scores; ties go to the earlier layer; ``k`` may exceed the count."""
-    order = sorted(range(len(scores)), key=lambda i: -int(scores[i]))  # sorted() is stable
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))  # sorted() is stable
     return sorted(order[:max(k, 0)])

@@ -20,7 +20,8 @@ personal parts stay personal and K counts extra layers. Contracts relied on (PFL
 ``self.clients`` with ``.id`` and ``.model``, ``self.selected_clients``, and ``receive_models`` filling
 ``self.uploaded_ids`` / ``self.uploaded_models`` with live modules of the clients' models.
 
-This module imports only torch and ``conflict.py``, so ``lag/`` drops into a PFLlib checkout unchanged.
+This module imports only torch, ``conflict.py`` and ``selector.py``, so ``lag/`` drops into a PFLlib
+checkout unchanged.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 
 from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
-from .selector import SCHEDULES, SIGNALS, LagError, LagSettings, LayerSelector  # noqa: F401 (re-exported)
+from .selector import LagError, LagSettings, LayerSelector
 
 State = Dict[str, torch.Tensor]
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .conflict import GRANULARITIES, Layer
+from .conflict import GRANULARITIES, Layer, top_k_layers
 
 SCHEDULES = ("smoothed", "every_round", "warmup")
 SIGNALS = ("delta", "last_batch")
@@ -142,8 +142,7 @@ def lag_flag_problems(args) -> List[str]:
 # ----- the rules, as pure functions ----------------------------------------------------------------------
 def top_k_positive(scores: torch.Tensor, k: int) -> Tuple[int, ...]:
     """Indices of the ``k`` highest positive scores, ties to the earlier layer; fewer if fewer are positive."""
-    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))  # sorted() is stable
-    return tuple(sorted(i for i in order[:max(k, 0)] if float(scores[i]) > 0))
+    return tuple(i for i in top_k_layers(scores, k) if float(scores[i]) > 0)
 
 
 def conflict_rates(conflicts: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
