@@ -15,7 +15,8 @@ evaluation to the next after round 5: what a user loses by stopping at the wrong
 mean ± std over seeds. FedLAG appears four times: the default (``smoothed`` schedule, module
 granularity, K = 1), the same rule with K = 2, the paper's rule (``every_round``, tensor granularity,
 K = 2) and the authors' rule (``warmup``, tensor granularity, K = 2). ``X+LAG`` runs use the default
-rule with K = 1 extra personal layer. Runs are skipped when their complete ``.h5`` exists, so an
+rule; K counts X's own personal layers, so FedRep, FedROD and FedAS (personal heads) also run with
+K = 2, one extra shared layer made personal. Runs are skipped when their complete ``.h5`` exists, so an
 interrupted benchmark resumes. Writes ``table.md`` and ``curves_<data>.png`` next to the runs.
 """
 from __future__ import annotations
@@ -55,9 +56,14 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedLAG authors' rule (warmup, tensor, K=2)": ("FedLAG", AUTHORS, "authors"),
     "FedLAG smoothed, module, K=2": ("FedLAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedLAG smoothed, module, K=1 (default)": ("FedLAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
+    # K counts the layers X keeps personal itself: with K = 1, X+LAG is X for the three methods whose
+    # head is already personal; K = 2 adds one shared layer (what "K = 1 extra" meant before).
     "FedRep+LAG": ("FedRep+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     "FedROD+LAG": ("FedROD+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     "FedAS+LAG": ("FedAS+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
+    "FedRep+LAG, K=2": ("FedRep+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
+    "FedROD+LAG, K=2": ("FedROD+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
+    "FedAS+LAG, K=2": ("FedAS+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedDBE+LAG": ("FedDBE+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     "Ditto+LAG": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
 }

@@ -16,18 +16,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flcore.lag.mixin import LagError  # noqa: E402
-from flcore.registry import UnknownAlgorithmError, lag_base  # noqa: E402
-from flcore.runner import DeviceError, build_server, prepare  # noqa: E402
-from flcore.servers.serverbase import ConfigError, RunError  # noqa: E402
-from flcore.trainmodel.models import UnknownModelError  # noqa: E402
-from utils.checkpoint import CheckpointError  # noqa: E402
-from utils.data_utils import DatasetError  # noqa: E402
+from flcore.registry import lag_base  # noqa: E402
+from flcore.runner import build_server, prepare  # noqa: E402
+from flcore.servers.serverbase import ConfigError  # noqa: E402
+from utils.errors import UserError  # noqa: E402
 from utils.options import parse_args, setup_problems  # noqa: E402
 from utils.paths import display_path  # noqa: E402
-from utils.result_utils import RunLockedError, average_data  # noqa: E402
+from utils.result_utils import average_data  # noqa: E402
 
-USER_ERRORS = (UnknownAlgorithmError, UnknownModelError, DatasetError, DeviceError, RunError, ConfigError,
-               LagError, CheckpointError, RunLockedError)
+# Printed as one line, exit status 2. LagError stands beside UserError because flcore/lag/ imports
+# only torch (it drops into a PFLlib checkout unchanged).
+USER_ERRORS = (UserError, LagError)
 
 
 def run(args) -> None:
@@ -56,7 +55,8 @@ def run(args) -> None:
 
 
 def comparison_hint(algorithm: str, argv: list) -> str:
-    """After a FedLAG or ``X+LAG`` run: the same command for the base method, to see what LAG changed."""
+    """After a FedLAG or ``X+LAG`` run: the same command for the base method, to see what LAG changed
+    (and, after FedLAG, for Local)."""
     base = "FedAvg" if algorithm == "FedLAG" else lag_base(algorithm)
     if base == algorithm:
         return ""
@@ -68,7 +68,11 @@ def comparison_hint(algorithm: str, argv: list) -> str:
             skip = True
         elif not word.startswith(("-algo=", "--algorithm=")):
             words.append(shlex.quote(word))
-    return f"compare with the base method: python system/main.py -algo {base} {' '.join(words)}".rstrip()
+    rest = " ".join(words)
+    hint = f"compare with the base method: python system/main.py -algo {base} {rest}".rstrip()
+    if algorithm == "FedLAG":  # the two things a personal layer must beat: one shared model, and no sharing
+        hint += f"\nand with each client alone: python system/main.py -algo Local {rest}".rstrip()
+    return hint
 
 
 def main(argv=None) -> int:

@@ -149,15 +149,17 @@ def perturb_all_clients(server) -> None:
 
 
 def assert_lag_composes(server, k: int = 2, private=None) -> set:
-    """Check an ``X+LAG`` server: after a round, K of X's shared tensors are personal, and a broadcast
+    """Check an ``X+LAG`` server: after a round, at most ``k`` of X's shared layers are personal (``k``:
+    the extra layers, i.e. ``--lag_top_k`` minus the layers X keeps personal itself), and a broadcast
     leaves every client's LAG-personal tensors, X's own non-shared tensors and ``private(client)``
     (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical.
 
-    Returns the set of LAG-personal names (the tensors of at most K layers; layers without any conflict
+    Returns the set of LAG-personal names (the tensors of at most k layers; layers without any conflict
     are never chosen).
     """
     import copy
     from flcore.aggregation import named_tensors
+    assert server.lag_selector.extra == k, (server.lag_selector.own_personal, server.lag.top_k)
     play_round(server)
     candidates = {n for layer in server.lag_layers for n in layer.tensors}
     personal = set(server.lag_personal_names())

@@ -83,3 +83,20 @@ def test_out_of_range_flags_exit_before_any_work(argv, fragment, capsys):
 def test_unknown_device(data_dir, tmp_path, capsys):
     code, err = run_main(cli(data_dir, tmp_path, "-dev", "tpu"), capsys)
     assert_one_line_error(code, err, "unknown device 'tpu'; use cpu, cuda")
+
+
+def test_any_user_error_is_one_line_and_anything_else_keeps_its_traceback(monkeypatch, capsys):
+    from utils.errors import UserError
+
+    class NewKindOfMistake(UserError):   # a future error class needs nothing but the base
+        pass
+
+    def fail_with(error):
+        def run(args):
+            raise error
+        return run
+    monkeypatch.setattr(main, "run", fail_with(NewKindOfMistake("-x must be positive")))
+    assert_one_line_error(*run_main(["-gr", "0"], capsys), "-x must be positive")
+    monkeypatch.setattr(main, "run", fail_with(ValueError("a bug")))
+    with pytest.raises(ValueError, match="a bug"):
+        main.main(["-gr", "0"])

@@ -341,3 +341,44 @@ def test_the_generator_refuses_a_name_that_leaves_its_root(tmp_path, capsys):
     assert generate_main("MNIST", toy_loader(), ["--root", str(root), "--name", "../outside"]) == 2
     assert "--name '../outside' must be a plain folder name" in capsys.readouterr().out
     assert not (tmp_path / "outside").exists()
+
+
+# ----- concept shift (--label-groups) and embedded Digits splits named in run_all.sh's convention -----
+def test_label_groups_permute_labels_per_group_and_change_nothing_else(tmp_path):
+    from dataset.utils.generate import label_permutations
+    x = np.arange(400, dtype=np.float32).reshape(400, 1, 1, 1)
+    y = np.repeat(np.arange(10), 40)
+    plain = build_dataset(tmp_path / "plain", x, y, PartitionOptions(num_clients=8, non_iid=False, partition="iid"))
+    options = PartitionOptions(num_clients=8, non_iid=False, partition="iid", label_groups=3)
+    shifted = build_dataset(tmp_path / "shift", x, y, options)
+    maps = label_permutations(3, 10, options.seed)
+    assert np.array_equal(maps[0], np.arange(10)) and not np.array_equal(maps[1], maps[2])
+    assert all(sorted(m.tolist()) == list(range(10)) for m in maps)
+    assert plain["train_samples"] == shifted["train_samples"] and shifted["label_groups"] == 3
+    for i in range(8):
+        for split in ("train", "test"):
+            xa, ya = read_client_arrays(tmp_path / "plain" / split / f"{i}.npz")
+            xb, yb = read_client_arrays(tmp_path / "shift" / split / f"{i}.npz")
+            assert np.array_equal(xa, xb)                       # same images, same order
+            assert np.array_equal(yb, maps[i % 3][ya])          # labels through the group's map
+    # A config written before the option existed holds the default (no label shift): still this split.
+    from dataset.utils.generate import split_differences
+    config = read_config(tmp_path / "plain")
+    config.pop("label_groups")
+    assert split_differences(config, PartitionOptions(num_clients=8, non_iid=False, partition="iid")) == []
+
+
+def test_embedded_digits_names_build_the_split_they_spell_and_typos_build_nothing(tmp_path, capsys):
+    from utils.data_utils import embedded_split, generate_command
+    shifted = embedded_split("Digits-iid-lg4-nc40", 20)
+    assert (shifted.partition, shifted.non_iid, shifted.label_groups, shifted.num_clients) == ("iid", False, 4, 40)
+    assert embedded_split("Digits-dir0.5", 6).alpha == 0.5 and embedded_split("Digits", 20) == DIGITS_DEFAULT
+    assert embedded_split("Digits-dri0.5", 6) is None and embedded_split("MNIST-iid", 6) is None
+    assert "--label-groups 4" in generate_command("Digits-iid-lg4", 40)
+    data = tmp_path / "data"
+    flags = ["-dev", "cpu", "--data_dir", str(data), "--results_dir", str(tmp_path)]
+    prepare(parse_args(["-data", "Digits-iid-lg2", "-nc", "6", *flags]))
+    config = read_config(data / "Digits-iid-lg2")
+    assert (config["num_clients"], config["partition"], config["label_groups"]) == (6, "iid", 2)
+    code, err = run_main(["-data", "Digits-dri0.5", "-nc", "6", "-gr", "0", *flags], capsys)
+    assert code == 2 and "not found" in err and not (data / "Digits-dri0.5").exists()

@@ -120,7 +120,7 @@ def test_selected_clients_adopt_the_global_body_aligned_to_their_own_prototypes(
 
 def test_fedas_plus_lag_personalises_body_tensors_and_keeps_heads_local(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedAS+LAG", "-m", "CNN", "-lbs", "32", "-jr", "0.5",
-                        "--lag_top_k", "2")
+                        "--lag_top_k", "4")  # its head (2 tensors) counts towards K
     personal = assert_lag_composes(server, k=2)
     assert all(n.startswith("base.") for n in personal)
 

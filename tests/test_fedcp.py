@@ -118,7 +118,7 @@ def test_negative_lambda_is_refused(data_dir, tmp_path):
 
 
 def test_fedcp_plus_lag_ranks_shared_parts_and_keeps_the_personal_head(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedCP+LAG", "--lag_top_k", "3")
+    server = server_for(data_dir, tmp_path, "-algo", "FedCP+LAG", "--lag_top_k", "5")  # + its head
     assert_lag_composes(server, k=3)
     candidates = {n for layer in server.lag_layers for n in layer.tensors}
     assert {n.split(".")[0] for n in candidates} == {"base", "global_head", "policy"}

@@ -138,7 +138,7 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
 
 def test_fedpac_plus_lag_personalises_body_tensors_and_keeps_heads_local(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedPAC+LAG", "-m", "CNN", "-lbs", "32", "-jr", "0.5",
-                        "--lag_top_k", "2")
+                        "--lag_top_k", "4")  # its head (2 tensors) counts towards K
     uploads = lambda c: {} if c.prototypes is None else {"prototypes": c.prototypes, "reference": c.class_reference}
     personal = assert_lag_composes(server, k=2, private=uploads)
     assert all(n.startswith("base.") for n in personal)

@@ -39,7 +39,7 @@ def test_base_is_averaged_and_every_head_stays_personal(data_dir, tmp_path):
 
 
 def test_fedper_lag_personalises_base_tensors_only(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedPer+LAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "2")
+    server = server_for(data_dir, tmp_path, "-algo", "FedPer+LAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "4")  # + its head
     personal = assert_lag_composes(server, k=2)
     assert all(name.startswith("base.") for name in personal)
 

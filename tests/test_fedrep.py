@@ -102,7 +102,7 @@ def test_negative_head_epochs_are_refused(data_dir, tmp_path):
 
 
 def test_fedrep_lag_personalises_base_tensors_and_heads_stay_local(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "2")
+    server = server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "-jr", "0.5", "--lag_top_k", "4")  # + its head
     personal = assert_lag_composes(server, k=2)
     assert all(name.startswith("base.") for name in personal)
 

@@ -79,7 +79,7 @@ def test_personal_head_never_reaches_the_server_and_is_used_in_evaluation(data_d
 
 
 def test_fedrod_plus_lag_keeps_the_personal_head_private(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "FedROD+LAG", "-m", "CNN")
+    server = server_for(data_dir, tmp_path, "-algo", "FedROD+LAG", "-m", "CNN", "--lag_top_k", "4")  # + personal head
     personal = assert_lag_composes(server, k=2, private=lambda c: named_tensors(c.personal_head))
     assert all(name.startswith(("base.", "head.")) for name in personal)
 

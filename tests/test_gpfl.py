@@ -86,7 +86,7 @@ def test_negative_lambda_is_refused(data_dir, tmp_path):
 
 
 def test_gpfl_plus_lag_ranks_base_gce_and_cov_and_keeps_the_head(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-algo", "GPFL+LAG", "--lag_top_k", "3")
+    server = server_for(data_dir, tmp_path, "-algo", "GPFL+LAG", "--lag_top_k", "5")  # + its head
     assert_lag_composes(server, k=3)
     candidates = {n for layer in server.lag_layers for n in layer.tensors}
     assert {n.split(".")[0] for n in candidates} == {"base", "gce", "cov"}

@@ -52,6 +52,25 @@ def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     assert attrs["lag"]["top_k"] == 0
 
 
+@pytest.mark.parametrize("base, own", [("FedRep", "head"), ("FedROD", "personal_head")])
+def test_k_counts_the_layers_the_base_method_keeps_personal(data_dir, tmp_path, capsys, base, own):
+    """X+LAG with K = X's own personal layers is X exactly (conflicts still recorded); K + 1 adds one."""
+    common = ("-m", "CNN", "-jr", "0.5", "-gr", "2", "--lag_granularity", "module")
+    plain = server_for(data_dir, tmp_path / "base", "-algo", base, *common)
+    lag = server_for(data_dir, tmp_path / "lag", "-algo", f"{base}+LAG", "--lag_top_k", "1", *common)
+    assert lag.lag_selector.own_personal == (own,) and lag.lag_selector.extra == 0
+    assert f"{base} already keeps 1 layer(s) personal ({own})" in capsys.readouterr().out
+    plain.train()
+    lag.train()
+    a, _ = read_results(plain.results_file())
+    b, _ = read_results(lag.results_file())
+    for name in ACCURACY_ARRAYS:
+        assert np.array_equal(a[name], b[name]), name
+    assert b["lag_pairs"].any() and not b["lag_personal"].any()
+    more = server_for(data_dir, tmp_path / "more", "-algo", f"{base}+LAG", "--lag_top_k", "2", *common)
+    assert more.lag_selector.extra == 1
+
+
 def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3",
                         "--lag_schedule", "every_round", "--lag_granularity", "tensor")
@@ -106,13 +125,14 @@ class BaseOnly(FedAvg):
 
 
 def test_generic_composition_check_on_a_base_only_server(data_dir, tmp_path):
-    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "2")
+    # K counts the head BaseOnly keeps itself (2 tensors): K = 4 adds two shared tensors.
+    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "4")
     personal = assert_lag_composes(server, k=2)
     assert all(n.startswith("base.") for n in personal)
 
 
 def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(data_dir, tmp_path):
-    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "2")
+    server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "4")
     play_round(server)
     candidates = [n for layer in server.lag_layers for n in layer.tensors]
     assert candidates and all(n.startswith("base.") for n in candidates)  # heads are X's own, never ranked
@@ -194,7 +214,8 @@ def _receive_nothing_before_round(server, receive, first_round):
 
 
 @pytest.mark.parametrize("algorithm, flags, layers", [
-    ("LG-FedAvg+LAG", ("--lag_granularity", "module"), 1),   # LG-FedAvg shares only the head: one module
+    # LG-FedAvg shares only the head (one module) and keeps 3 personal, which K counts
+    ("LG-FedAvg+LAG", ("--lag_granularity", "module", "--lag_top_k", "4"), 1),
     ("FedLAG", ("--lag_top_k", "100", "--lag_granularity", "module"), 4),
     ("FedLAG", ("--lag_top_k", "8", "--lag_granularity", "tensor"), 8),
 ])
@@ -216,6 +237,7 @@ def test_warmup_longer_than_the_run_and_zero_warmup_are_refused_at_parse_time(da
 def test_a_lag_run_ends_with_the_command_for_its_base_method():
     from main import comparison_hint
     assert comparison_hint("FedLAG", ["-algo", "FedLAG", "-gr", "50", "-go", "my run"]) == \
-        "compare with the base method: python system/main.py -algo FedAvg -gr 50 -go 'my run'"
+        "compare with the base method: python system/main.py -algo FedAvg -gr 50 -go 'my run'\n" \
+        "and with each client alone: python system/main.py -algo Local -gr 50 -go 'my run'"
     assert comparison_hint("FedRep+LAG", ["--algorithm=FedRep+LAG", "-jr", "0.2"]).endswith("-algo FedRep -jr 0.2")
     assert comparison_hint("FedAvg", ["-algo", "FedAvg"]) == ""

@@ -46,6 +46,9 @@ class PartitionOptions:
     class_per_client: int = 2
     seed: int = 1
     min_samples: Optional[int] = None  # None: PFLlib's rule (partition.least_samples)
+    # Concept shift (clustered FL's label swap): client i is in group i % label_groups, and group g > 0
+    # sees every label through its own fixed permutation. Same images, conflicting heads. 1: none.
+    label_groups: int = 1
 
 
 # What build_dataset writes into a dataset folder; anything else there (e.g. downloaded ``rawdata/``)
@@ -80,6 +83,9 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
     parser.add_argument("--min-samples", type=int, default=base.min_samples,
                         help="smallest client a Dirichlet split may produce (default: PFLlib's "
                              "min(40, samples / clients / 2))")
+    parser.add_argument("--label-groups", type=int, default=base.label_groups,
+                        help="concept shift: clients i %% G = g > 0 see the labels permuted by group g's "
+                             "own fixed permutation (1 = none)")
     parser.add_argument("--source", type=Path, default=None,
                         help="build from a local .npz with uint8 'x' and 'y' instead of downloading")
     parser.add_argument("--name", default=None,
@@ -94,13 +100,16 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
 
 def options_from_args(args: argparse.Namespace) -> PartitionOptions:
     non_iid = args.niid == "noniid"
+    if not 1 <= args.label_groups <= args.num_clients:
+        raise PartitionError(f"--label-groups must be between 1 and --num-clients ({args.num_clients}), "
+                             f"got {args.label_groups}")
     scheme = args.partition if non_iid else "iid"
     if non_iid and scheme not in PARTITIONS[1:]:
         raise PartitionError(f"partition {args.partition!r} is not one of pat, dir, exdir")
     return PartitionOptions(num_clients=args.num_clients, non_iid=non_iid,
                             balance=args.balance == "balance", partition=scheme, alpha=args.alpha,
                             class_per_client=args.class_per_client, seed=args.seed,
-                            min_samples=args.min_samples)
+                            min_samples=args.min_samples, label_groups=args.label_groups)
 
 
 def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_per_client: int = 2,
@@ -142,8 +151,10 @@ def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_p
 
 def split_differences(config: dict, options: PartitionOptions) -> List[str]:
     """The partition parameters in which ``config`` differs from ``options``, as ``key X (asked Y)``."""
-    return [f"{key} {config.get(key)!r} (asked {value!r})" for key, value in asdict(options).items()
-            if config.get(key) != value]
+    defaults = asdict(PartitionOptions())
+    # A key the config lacks was written before that option existed: it holds the option's default.
+    return [f"{key} {config.get(key, defaults[key])!r} (asked {value!r})" for key, value in asdict(options).items()
+            if config.get(key, defaults[key]) != value]
 
 
 def existing_split_state(out: Path, options: PartitionOptions) -> str:
@@ -209,6 +220,7 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     parts = partition(y, options.num_clients, options.partition, rng, num_classes=num_classes,
                       class_per_client=options.class_per_client, alpha=options.alpha,
                       balance=options.balance, min_samples=options.min_samples)
+    label_maps = label_permutations(options.label_groups, num_classes, options.seed)
     too_small = [i for i, p in enumerate(parts) if len(p) < 2]
     if too_small:
         raise PartitionError(f"clients {too_small[:5]} received fewer than 2 samples; lower "
@@ -216,7 +228,7 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     out.parent.mkdir(parents=True, exist_ok=True)
     work = create_temp_dir(out.parent, f".{out.name}.building-")
     try:
-        config = _write_clients(work, x, y, parts, rng, options, source, num_classes)
+        config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps)
         if replace:
             keep = tuple(p.name for p in out.iterdir() if p.name not in LAYOUT) if out.is_dir() else ()
             replace_folder(work, out, keep=keep)
@@ -233,8 +245,22 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     return config
 
 
+def label_permutations(groups: int, num_classes: int, seed: int) -> List[np.ndarray]:
+    """One label map per concept-shift group: the identity for group 0, then fixed permutations.
+
+    Drawn from their own stream, so the partition and the train/test split do not depend on them."""
+    rng = np.random.default_rng([seed, 0x1abe1])
+    maps = [np.arange(num_classes)]
+    while len(maps) < groups:
+        candidate = rng.permutation(num_classes)
+        if not any(np.array_equal(candidate, m) for m in maps):
+            maps.append(candidate)
+    return maps
+
+
 def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndarray],
-                   rng: np.random.Generator, options: PartitionOptions, source: str, num_classes: int) -> dict:
+                   rng: np.random.Generator, options: PartitionOptions, source: str, num_classes: int,
+                   label_maps: Sequence[np.ndarray]) -> dict:
     """Split each client 75/25, write its two files and, last, ``config.json`` into ``work``."""
     train_sizes: List[int] = []
     test_sizes: List[int] = []
@@ -242,14 +268,15 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
     label_stats = []
     for client_id, indices in enumerate(parts):
         train_idx, test_idx = split_train_test(indices, rng)
+        label_map = label_maps[client_id % len(label_maps)]
         for split, idx in (("train", train_idx), ("test", test_idx)):
-            xs, ys = np.ascontiguousarray(x[idx]), np.ascontiguousarray(y[idx])
+            xs, ys = np.ascontiguousarray(x[idx]), np.ascontiguousarray(label_map[y[idx]])
             write_client_arrays(client_file(work, split, client_id), xs, ys)
             hashes[split].append(content_hash(xs, ys))
         train_sizes.append(len(train_idx))
         test_sizes.append(len(test_idx))
         # Train-only counts: PFLlib mixes test samples into these statistics (issue #194).
-        labels, counts = np.unique(y[train_idx], return_counts=True)
+        labels, counts = np.unique(label_map[y[train_idx]], return_counts=True)
         label_stats.append([[int(k), int(c)] for k, c in zip(labels, counts)])
     config = dict(asdict(options), num_classes=num_classes, input_shape=list(x.shape[1:]),
                   batch_size=PFLLIB_BATCH_SIZE, train_samples=train_sizes, test_samples=test_sizes,
@@ -261,12 +288,15 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
 
 def folder_suggestion(base: str, options: PartitionOptions, default: PartitionOptions) -> str:
     """A folder name for a non-default split, in ``run_all.sh``'s convention: ``<base>-<partition>``,
-    plus ``-nc<N>`` when the client count is not the default one (``Digits-dir0.5-nc10``)."""
+    ``-lg<G>`` with concept shift, and ``-nc<N>`` when the client count is not the default one
+    (``Digits-dir0.5-nc10``, ``Digits-iid-lg4-nc40``)."""
     token = {"iid": "iid", "pat": f"pat{options.class_per_client}",
              "dir": f"dir{options.alpha:g}", "exdir": f"exdir{options.alpha:g}"}[options.partition]
     same_partition = all(getattr(options, f.name) == getattr(default, f.name) for f in fields(options)
                          if f.name in ("non_iid", "partition", "alpha", "class_per_client"))
     name = base if same_partition else f"{base}-{token}"
+    if options.label_groups != default.label_groups:
+        name += f"-lg{options.label_groups}"
     return name if options.num_clients == default.num_clients else f"{name}-nc{options.num_clients}"
 
 

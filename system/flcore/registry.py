@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple, Type
 
+from utils.errors import UserError
+
 LAG_SUFFIX = "+LAG"
 
 
@@ -81,7 +83,7 @@ ALGORITHM_GROUPS: Dict[str, Tuple[str, ...]] = {
 }
 
 
-class UnknownAlgorithmError(ValueError):
+class UnknownAlgorithmError(UserError, ValueError):
     pass
 
 

@@ -11,13 +11,14 @@ from flcore.registry import resolve
 from flcore.servers.serverbase import ConfigError, run_results_file
 from flcore.trainmodel.models import build_model, split_head
 from utils.data_utils import DatasetError, dataset_info, ensure_default_dataset
+from utils.errors import UserError
 from utils.paths import RESULTS_DIR, check_name, display_path
 from utils.result_utils import check_unlocked, writable_problem
 from utils.options import check_model_name
 from utils.seeding import seed_everything
 
 
-class DeviceError(ValueError):
+class DeviceError(UserError, ValueError):
     pass
 
 

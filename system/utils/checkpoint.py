@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from utils.errors import UserError
 from utils.paths import make_importable
 
 make_importable()
@@ -35,7 +36,7 @@ _NAME = re.compile(r"round_(\d+)\.pt$")
 IGNORED_ON_RESUME = EXECUTION_FLAGS
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint cannot be used for this run; the message says why."""
 
 

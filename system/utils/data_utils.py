@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
+from utils.errors import UserError
 from utils.paths import DATASET_DIR, check_name, display_path, make_importable
 
 make_importable()
@@ -25,7 +26,7 @@ from dataset.utils.client_files import (DatasetFileError, client_file, content_h
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset problem the user can fix; the message says how."""
 
 
@@ -106,6 +107,8 @@ def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
         words += ["--seed", str(split["seed"])]
     if split.get("min_samples") is not None:
         words += ["--min-samples", str(split["min_samples"])]
+    if split.get("label_groups", 1) != 1:
+        words += ["--label-groups", str(split["label_groups"])]
     if folder.name != base:
         words += ["--name", folder.name]
     if folder.parent.resolve() != DATASET_DIR.resolve():
@@ -144,6 +147,8 @@ def _split_from_name(name: str, num_clients: int) -> dict:
     words = name[len(base) + 1:].split("-")
     if words and words[-1].startswith("nc") and words[-1][2:].isdigit():
         split["num_clients"] = int(words.pop()[2:])
+    if words and words[-1].startswith("lg") and words[-1][2:].isdigit():
+        split["label_groups"] = int(words.pop()[2:])
     token = "-".join(words)
     for scheme, key in (("exdir", "alpha"), ("dir", "alpha"), ("pat", "class_per_client"), ("iid", None)):
         if token.startswith(scheme):
@@ -376,18 +381,32 @@ def _first_per_label(y: np.ndarray, k: int) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+def embedded_split(name: str, num_clients: int):
+    """The split an embedded Digits folder name stands for, or None for any other name.
+
+    ``Digits`` is the default split (``Digits-nc<N>`` for another client count); a name in
+    ``run_all.sh``'s convention (``Digits-dir0.5``, ``Digits-iid-lg4-nc40``) is that partition with the
+    default's other settings. A Digits name that does not spell a partition is None (a typo is not
+    silently built as something else)."""
+    if _generator_of(name, {}) != "Digits":
+        return None
+    split = _split_from_name(name, num_clients)
+    if "partition" not in split:
+        return None
+    return replace(_digits().DIGITS_DEFAULT, **split)
+
+
 def ensure_default_dataset(name: str, num_clients: int, data_dir: Optional[Path] = None) -> Optional[Path]:
-    """Build the embedded Digits split for ``num_clients`` clients on first use (``Digits``, or
-    ``Digits-nc<N>`` for a count other than the documented one); other datasets are never built
-    implicitly. Returns the folder built, or None."""
+    """Build an embedded Digits split on first use (see :func:`embedded_split`); other datasets are
+    never built implicitly. Returns the folder built, or None."""
     root = dataset_folder(name, num_clients, data_dir)
-    if name != "Digits" or root.exists():
+    options = embedded_split(root.name, num_clients)
+    if options is None or root.exists():
         return None
     from dataset.utils.generate import build_dataset
-    digits = _digits()
-    print(f"first use of {name}: partitioning it into {num_clients} clients under {display_path(root)} ...",
+    print(f"first use of {name}: partitioning it into {options.num_clients} clients under {display_path(root)} ...",
           flush=True)
-    x, y = digits.load_raw()
+    x, y = _digits().load_raw()
     # Another process may build the same folder at the same time: keep whichever lands first.
-    build_dataset(root, x, y, digits.digits_options(num_clients), source="Digits", replace=False)
+    build_dataset(root, x, y, options, source="Digits", replace=False)
     return root

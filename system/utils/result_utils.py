@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from flcore.registry import lag_base
+from utils.errors import UserError
 from utils.paths import DATASET_DIR, LOCATION_FLAGS, check_name, make_importable, recorded_location
 
 make_importable()
@@ -43,7 +44,7 @@ def write_results(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[s
                 f.attrs[key] = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(UserError, RuntimeError):
     """Another live process is writing results under the same name; the message names it."""
 
 

@@ -47,6 +47,9 @@ class Client:
     # round to the next (a personal model, control variates, ...). Checkpoints save them and
     # executors move them; anything not listed must be rebuilt at the start of each round.
     persistent_attrs: Tuple[str, ...] = ()
+    # Modules beside ``model`` that are personal layers of the prediction (FedROD's personal head).
+    # FedLAG's K counts them with the parameters of ``model`` the method does not share.
+    personal_layer_attrs: Tuple[str, ...] = ()
 
     def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
         self.args = args

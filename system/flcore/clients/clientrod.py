@@ -43,6 +43,7 @@ class GenericPlusPersonalHead(nn.Module):
 
 class clientROD(Client):
     persistent_attrs = ("personal_head", "personal_optimizer")
+    personal_layer_attrs = ("personal_head",)  # FedLAG's K counts it (flcore/lag/mixin.py)
 
     def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
         super().__init__(args, id, train_data, test_data, model)

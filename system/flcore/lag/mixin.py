@@ -16,7 +16,8 @@ hooks every PFLlib-style server has, and calls the base method's own version of 
   the personal ones, which initialise clients that never held a copy (new clients).
 
 Only tensors the base method uploads (and the client ``shares``) are ranked: the base method's own
-personal parts stay personal and K counts extra layers. Contracts relied on (PFLlib's): ``self.args``,
+personal parts stay personal and count towards K (``LayerSelector``), so FedRep+LAG with K = 1 is
+FedRep and K = 2 adds one shared layer. Contracts relied on (PFLlib's): ``self.args``,
 ``self.clients`` with ``.id`` and ``.model``, ``self.selected_clients``, and ``receive_models`` filling
 ``self.uploaded_ids`` / ``self.uploaded_models`` with live modules of the clients' models.
 
@@ -66,7 +67,12 @@ class LayerConflictMixin:
 
     def _lag_start(self, client, module: nn.Module) -> None:
         """Build the selector on the layers the base method shares (it refuses a K that leaves none shared)."""
-        self.lag_selector = LayerSelector(self.lag, self._lag_candidate_layers(client, module), self.algorithm)
+        candidates = self._lag_candidate_layers(client, module)
+        base_method = str(self.algorithm).removesuffix("+LAG")
+        self.lag_selector = LayerSelector(self.lag, candidates, base_method,
+                                          self._lag_own_personal_layers(client, candidates))
+        while self.lag_selector.notes:
+            print(f"note: {self.lag_selector.notes.pop(0)}")
 
     # ----- broadcast: base behaviour, then personal layers put back --------------------------------
     def send_models(self):
@@ -214,6 +220,18 @@ class LayerConflictMixin:
         ordered = [n for n, _ in client.model.named_parameters() if n in shared]
         return build_layers(ordered, self.lag.granularity)
 
+    def _lag_own_personal_layers(self, client, candidates: Sequence[Layer]) -> List[str]:
+        """The layers the base method keeps personal by design, which K counts: the trainable parameters
+        of ``client.model`` it does not share (FedRep's head), and the modules a client names in
+        ``personal_layer_attrs`` (FedROD's personal head, which lives beside ``model``). Normalisation
+        layers are not counted (FedBN keeps them personal; they rescale features, they are not a layer
+        FedLAG would choose instead of a convolution)."""
+        shared = {name for layer in candidates for name in layer.tensors}
+        own = [n for n, p in _feature_parameters(client.model) if p.requires_grad and n not in shared]
+        for attr in getattr(client, "personal_layer_attrs", ()):
+            own += [f"{attr}.{n}" for n, _ in _feature_parameters(getattr(client, attr))]
+        return [layer.name for layer in build_layers(own, self.lag.granularity)]
+
     def _lag_layer_spans(self, layer: Layer) -> List[Tuple[int, int]]:
         """Column ranges of a layer's tensors, adjacent ones merged (a module's weight and bias)."""
         spans: List[Tuple[int, int]] = []
@@ -267,6 +285,18 @@ class LayerConflictMixin:
         attrs = super().result_attrs() if hasattr(super(), "result_attrs") else {}
         attrs["lag"] = asdict(self.lag)
         return attrs
+
+
+_NORMALISATION = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
+def _feature_parameters(module: nn.Module):
+    """``named_parameters()`` without those of normalisation modules."""
+    for prefix, sub in module.named_modules():
+        if isinstance(sub, _NORMALISATION):
+            continue
+        for name, param in sub.named_parameters(recurse=False):
+            yield (f"{prefix}.{name}" if prefix else name), param
 
 
 def with_layer_conflict(server_class: type, name: Optional[str] = None) -> type:

@@ -101,7 +101,7 @@ class LagSettings:
 # The --lag_* flags: (flag, LagSettings field, argparse keywords). Defaults and choices come from
 # LagSettings, so the project's main.py, the PFLlib patch and the Flower app share one definition.
 _FLAG_HELP = (
-    ("--lag_top_k", "top_k", dict(type=int, help="personalised layers K (0 = the base method exactly)")),
+    ("--lag_top_k", "top_k", dict(type=int, help="personal layers K in total, the base method's own included (FedRep's head counts; 0 = the base method exactly)")),
     ("--lag_xi", "xi", dict(type=float, help="cosine threshold xi in [-1, 0]; a pair conflicts when cos < xi")),
     ("--lag_schedule", "schedule", dict(choices=SCHEDULES, help=(
         "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's "
@@ -179,16 +179,34 @@ def hysteresis_choice(rates: torch.Tensor, current: Sequence[int], k: int, margi
 class LayerSelector:
     """The candidate layers, the personal set, the accumulated evidence and the per-round history."""
 
-    def __init__(self, settings: LagSettings, layers: Sequence[Layer], method: str = "the base method"):
-        """``layers``: the candidates, i.e. what ``method`` shares. A K that would keep every one of them
-        personal is refused: that is training each client alone (Local), not FedLAG."""
+    def __init__(self, settings: LagSettings, layers: Sequence[Layer], method: str = "the base method",
+                 own_personal: Sequence[str] = ()):
+        """``layers``: the candidates, i.e. what ``method`` shares. ``own_personal``: the layers ``method``
+        already keeps personal by design (FedRep's head), at the same granularity.
+
+        K is the size of the personal part: ``method``'s own layers count towards it, so only
+        ``K - len(own_personal)`` shared layers are ever added (FedRep+LAG with K = 1 is FedRep). Measured:
+        an extra personal base layer is trained only when its client is sampled, and cost FedROD and
+        FedAS 0.2-1.8 points at 20% participation. A K that would keep every shared layer personal is
+        refused: that is training each client alone (Local), not FedLAG."""
+        self.notes: List[str] = []   # things the user should hear about, printed by the caller
         if not layers:
             raise LagError(f"{method} shares no parameters, so there is nothing to personalise")
-        if settings.top_k >= len(layers):
+        self.own_personal: Tuple[str, ...] = tuple(own_personal)
+        self.extra = max(0, settings.top_k - len(self.own_personal))
+        if self.extra >= len(layers):
+            own = (f" on top of the {len(self.own_personal)} it keeps personal itself"
+                   if self.own_personal else "")
             raise LagError(f"--lag_top_k {settings.top_k} would keep every one of the {len(layers)} layers "
-                           f"{method} shares personal ({', '.join(layer.name for layer in layers)}), which is "
-                           f"training each client alone (Local); use --lag_top_k below {len(layers)}"
+                           f"{method} shares personal{own} ({', '.join(layer.name for layer in layers)}), which "
+                           f"is training each client alone (Local); use --lag_top_k below "
+                           f"{len(layers) + len(self.own_personal)}"
                            + ("" if settings.granularity == "tensor" else " or --lag_granularity tensor"))
+        if self.own_personal and settings.top_k > 0 and self.extra == 0:
+            self.notes.append(f"{method} already keeps {len(self.own_personal)} layer(s) personal "
+                              f"({', '.join(self.own_personal)}), which --lag_top_k {settings.top_k} counts: "
+                              f"no shared layer is added, conflicts are still recorded "
+                              f"(--lag_top_k {len(self.own_personal) + 1} adds one)")
         self.settings = settings
         self.layers: List[Layer] = list(layers)
         self.personal: Tuple[int, ...] = ()
@@ -197,7 +215,6 @@ class LayerSelector:
         self.pairs = torch.zeros(width, dtype=torch.float64)
         self.scored_rounds = 0
         self.history: Dict[str, list] = {key: [] for key in ("scores", "pairs", "personal", "uploads", "scored")}
-        self.notes: List[str] = []   # things the user should hear about, printed by the caller
 
     # ----- one round ----------------------------------------------------------------------------------------
     def observe(self, conflicts: Optional[torch.Tensor], pairs: Optional[torch.Tensor], uploads: int
@@ -223,21 +240,21 @@ class LayerSelector:
     def _update(self, conflicts: torch.Tensor, pairs: torch.Tensor) -> None:
         s = self.settings
         if s.schedule == "every_round":
-            chosen = top_k_positive(conflicts, s.top_k)
+            chosen = top_k_positive(conflicts, self.extra)
             self.personal = chosen if chosen else self.personal
         elif s.schedule == "warmup":
             if self.scored_rounds < s.warmup:
                 self.conflicts += conflicts
                 self.pairs += pairs
                 if self.scored_rounds == s.warmup - 1:
-                    self.personal = top_k_positive(self.conflicts, s.top_k)
-                    if not self.personal and s.top_k > 0:
+                    self.personal = top_k_positive(self.conflicts, self.extra)
+                    if not self.personal and self.extra > 0:
                         self.notes.append(f"FedLAG warm-up: no conflicting pair in {s.warmup} scored rounds "
                                           f"(--lag_xi {s.xi}); no layer is personalised")
         else:
             self.conflicts.mul_(s.decay).add_(conflicts)
             self.pairs.mul_(s.decay).add_(pairs)
-            self.personal = hysteresis_choice(self.rates(), self.personal, s.top_k, s.margin)
+            self.personal = hysteresis_choice(self.rates(), self.personal, self.extra, s.margin)
         self.scored_rounds += 1
 
     def rates(self) -> torch.Tensor:
@@ -255,12 +272,14 @@ class LayerSelector:
     # ----- state (checkpoints) ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"layers": [[layer.name, list(layer.tensors)] for layer in self.layers],
-                "personal": list(self.personal), "conflicts": self.conflicts.clone(), "pairs": self.pairs.clone(),
+                "own_personal": list(self.own_personal), "personal": list(self.personal), "conflicts": self.conflicts.clone(), "pairs": self.pairs.clone(),
                 "scored_rounds": self.scored_rounds, "history": {k: list(v) for k, v in self.history.items()}}
 
     @classmethod
     def from_state_dict(cls, settings: LagSettings, state: dict) -> "LayerSelector":
-        selector = cls(settings, [Layer(name, tuple(tensors)) for name, tensors in state["layers"]], "the run")
+        selector = cls(settings, [Layer(name, tuple(tensors)) for name, tensors in state["layers"]], "the run",
+                       state.get("own_personal", ()))
+        selector.notes = []  # said when the run started
         selector.personal = tuple(int(i) for i in state["personal"])
         selector.conflicts = state["conflicts"].clone().double()
         selector.pairs = state["pairs"].clone().double()

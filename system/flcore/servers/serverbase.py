@@ -29,6 +29,7 @@ from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differe
                               has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
                               remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
 from utils.data_utils import DatasetError, DatasetInfo, load_client_data
+from utils.errors import UserError
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils import progress
@@ -37,11 +38,11 @@ from utils.result_utils import RunLock, result_path, writable_problem, write_res
 from utils.seeding import sampler_rng
 
 
-class RunError(RuntimeError):
+class RunError(UserError, RuntimeError):
     """A run stopped for a reason the user can act on; the message says what to change."""
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from flcore.trainmodel.resnet import InputShape, resnet9, resnet18, resnet20
+from utils.errors import UserError
 
 
 class BaseHeadSplit(nn.Module):
@@ -104,7 +105,7 @@ MODELS: Dict[str, ModelFactory] = {
 CONVOLUTIONAL = frozenset({"CNN", "ResNet9", "ResNet18", "ResNet20"})
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UserError, ValueError):
     pass
 
 

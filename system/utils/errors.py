@@ -1,0 +1,12 @@
+"""The one base of every error that is the user's to fix.
+
+``main.py`` prints such an error as one line (``error: <message>``) and exits with status 2; anything
+else is a bug and keeps its traceback. Each subclass also keeps its historical built-in base
+(``ValueError`` or ``RuntimeError``), so callers that caught those still do. ``flcore/lag/`` is the one
+exception: it imports only torch so that it drops into a PFLlib checkout, and ``main.py`` names its
+``LagError`` beside this class.
+"""
+
+
+class UserError(Exception):
+    """A problem with what was asked (flags, data, files, devices); the message says what to change."""
