@@ -280,7 +280,7 @@ TOTAL=${#RUN_NAME[@]}
 # What to do with each run: complete (skip) / missing / incomplete / stale (rerun).
 mapfile -t STATUS < <(cd "$REPO" && "$PY" - "$STATE/plan" <<'PYEOF'
 import sys
-sys.path.insert(0, "system")
+sys.path[:0] = ["system", "."]
 from utils.result_utils import run_status
 for line in open(sys.argv[1]):
     path, args_file = line.rstrip("\n").split("\t")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "system"))
+sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fedlag_stability import cell, run_stats  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "system"))
+sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
 from utils.result_utils import read_results, result_path  # noqa: E402
 

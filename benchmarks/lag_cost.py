@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "system"))
+sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
 import torch  # noqa: E402
 

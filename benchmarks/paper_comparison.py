@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "system"))
+sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
 from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base, lag_composable  # noqa: E402
 

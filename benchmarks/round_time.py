@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "system"))
+sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402

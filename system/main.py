@@ -13,7 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# An entry script: the project's packages are system/ (flcore, utils) and the root (dataset), unless
+# installed with ``pip install -e .``. Library modules never touch sys.path.
+for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 from flcore.lag.mixin import LagError  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402

@@ -30,7 +30,11 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# An entry script: the project's packages are system/ (flcore, utils) and the root (dataset), unless
+# installed with ``pip install -e .``. Library modules never touch sys.path.
+for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 import numpy as np  # noqa: E402
 

@@ -23,12 +23,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from dataset.utils.atomic_io import atomic_path
 from utils.errors import UserError
-from utils.paths import make_importable
-
-make_importable()
-from dataset.utils.atomic_io import atomic_path  # noqa: E402
-from utils.result_utils import EXECUTION_FLAGS  # noqa: E402
+from utils.result_utils import EXECUTION_FLAGS
 
 KEEP = 2
 _NAME = re.compile(r"round_(\d+)\.pt$")

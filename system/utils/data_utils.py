@@ -16,12 +16,10 @@ from typing import Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from dataset.utils.client_files import (DatasetFileError, client_file, content_hash, read_client_arrays,
+                                        read_config)
 from utils.errors import UserError
-from utils.paths import DATASET_DIR, check_name, display_path, make_importable
-
-make_importable()
-from dataset.utils.client_files import (DatasetFileError, client_file, content_hash,  # noqa: E402
-                                        read_client_arrays, read_config)
+from utils.paths import DATASET_DIR, check_name, display_path
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 

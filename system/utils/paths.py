@@ -1,20 +1,12 @@
 """Locations inside the repository, resolved from this file so the working directory never matters."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_DIR = REPO_ROOT / "system"
 DATASET_DIR = REPO_ROOT / "dataset"
 RESULTS_DIR = REPO_ROOT / "results"
-
-
-def make_importable() -> None:
-    """Let ``dataset.utils`` (shared file format and generators) be imported from ``system/``."""
-    root = str(REPO_ROOT)
-    if root not in sys.path:
-        sys.path.append(root)
 
 
 def display_path(path: Path) -> str:

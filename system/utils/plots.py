@@ -24,11 +24,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
 
-from flcore.registry import LAG_SUFFIX, lag_base  # noqa: E402
-from utils.paths import make_importable  # noqa: E402
-
-make_importable()
 from dataset.utils.atomic_io import atomic_path  # noqa: E402
+from flcore.registry import LAG_SUFFIX, lag_base  # noqa: E402
 
 # Curve = (rounds, mean, std, runs contributing to each round); accuracies as fractions in [0, 1].
 Curve = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

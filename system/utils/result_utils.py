@@ -19,12 +19,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import h5py
 import numpy as np
 
+from dataset.utils.atomic_io import atomic_path
 from flcore.registry import lag_base
 from utils.errors import UserError
-from utils.paths import DATASET_DIR, LOCATION_FLAGS, check_name, make_importable, recorded_location
-
-make_importable()
-from dataset.utils.atomic_io import atomic_path  # noqa: E402
+from utils.paths import DATASET_DIR, LOCATION_FLAGS, check_name, recorded_location
 
 
 def result_path(folder: Path, dataset: str, algorithm: str, goal: str, run: int) -> Path:
