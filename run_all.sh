@@ -281,7 +281,7 @@ TOTAL=${#RUN_NAME[@]}
 mapfile -t STATUS < <(cd "$REPO" && "$PY" - "$STATE/plan" <<'PYEOF'
 import sys
 sys.path[:0] = ["system", "."]
-from utils.result_utils import run_status
+from utils.run_identity import run_status
 for line in open(sys.argv[1]):
     path, args_file = line.rstrip("\n").split("\t")
     print(run_status(path, open(args_file).read().splitlines()))

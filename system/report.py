@@ -39,10 +39,11 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
 import numpy as np  # noqa: E402
 
 from flcore.registry import lag_base  # noqa: E402
+from reporting.grouping import Group, group_runs  # noqa: E402
+from reporting.runs import find_runs, load_runs  # noqa: E402
+from reporting.tables import (SUMMARY_FIELDS, csv_table, markdown_table, models_note,  # noqa: E402
+                              personal_frequency, seeds_note, settings_note, summary_rows, table_layout)
 from utils.paths import display_path  # noqa: E402
-from utils.result_utils import (SUMMARY_FIELDS, Group, csv_table, find_runs, group_runs,  # noqa: E402
-                                load_runs, markdown_table, models_note, personal_frequency, seeds_note,
-                                settings_note, summary_rows, table_layout)
 
 
 def safe_name(text: str) -> str:
@@ -101,7 +102,7 @@ def overview_panels(panels: Dict[str, Dict[str, object]], limit: int) -> Tuple[D
 
 
 def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
-    from utils import plots
+    from reporting import plots
     rows, columns, cells = table_layout(groups)
     written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "personal": []}
     panels = {}

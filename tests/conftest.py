@@ -182,3 +182,18 @@ def assert_lag_composes(server, k: int = 2, private=None) -> set:
         assert state_equal(state, before[client.id], personal | own), f"client {client.id}"
         assert state_equal(private(client), before_private[client.id]), f"client {client.id} private state"
     return personal
+
+
+ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc")
+
+
+def train_and_compare(first, second):
+    """Train two servers and assert that their accuracy arrays are bit-identical; returns both runs'
+    ``(arrays, attrs)`` for further checks."""
+    from utils.result_utils import read_results
+    first.train()
+    second.train()
+    a, b = read_results(first.results_file()), read_results(second.results_file())
+    for name in ACCURACY_ARRAYS:
+        assert np.array_equal(a[0][name], b[0][name]), name
+    return a, b

@@ -96,6 +96,19 @@ def test_resume_with_other_flags_is_refused(data_dir, tmp_path):
         other.resume()
 
 
+def test_a_checkpoint_from_before_a_flag_existed_resumes_while_the_flag_is_at_its_default(data_dir, tmp_path):
+    from utils.checkpoint import checkpoint_folder, config_differences
+    server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
+    current = vars(server.args)
+    older = {k: v for k, v in current.items() if k != "max_len"}   # written before -ml existed
+    assert config_differences(older, current) == []
+    assert checkpoint_folder(server.results_file(), older) == checkpoint_folder(server.results_file(), current)
+    changed = dict(current, max_len=current["max_len"] + 1)
+    assert config_differences(older, changed) == [f"--max_len: {current['max_len']!r} in the checkpoint, "
+                                                  f"{current['max_len'] + 1!r} now"]
+    assert checkpoint_folder(server.results_file(), older) != checkpoint_folder(server.results_file(), changed)
+
+
 @pytest.mark.crossprocess
 def test_resume_uses_the_checkpoints_thread_count(data_dir, tmp_path):
     """Killed under --threads 1, resumed with no --threads where the environment asks for 2 threads: the

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flcore.clients.classvectors import ClassVectors
 from flcore.registry import UnknownAlgorithmError, resolve
+from flcore.training.classvectors import ClassVectors
 from utils.result_utils import read_results
 from conftest import server_for
 

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from flcore.aggregation import named_tensors
-from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientas import ALIGNMENT_LR, fisher_trace, prototype_alignment_loss
 from flcore.servers.serveras import fisher_weights
+from flcore.training.classfeatures import class_feature_stats
 from utils.result_utils import read_results
 from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors, sample_weights
-from flcore.clients.fedcp_model import gumbel_noise, rbf_mmd
 from flcore.servers.serverbase import ConfigError
+from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
 from utils.result_utils import read_results
 from conftest import assert_lag_composes, play_round, server_for, state_equal
 

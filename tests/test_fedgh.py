@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.clients.classfeatures import class_feature_stats, pooled_prototypes
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serverbase import ConfigError
 from flcore.servers.servergh import prototype_examples
+from flcore.training.classfeatures import class_feature_stats, pooled_prototypes
 from utils.result_utils import read_results
 from conftest import perturb_all_clients, server_for, state_equal
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flcore.clients.classvectors import ClassVectors, average_over_holders, class_means
 from flcore.clients.clientproto import prototype_distances
 from flcore.registry import UnknownAlgorithmError, resolve
+from flcore.training.classvectors import ClassVectors, average_over_holders, class_means
 from utils.result_utils import read_results
 from conftest import server_for
 

@@ -6,9 +6,8 @@ import torch
 from flcore.servers.serveravg import FedAvg
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for, server_of_class
+from conftest import assert_lag_composes, server_for, server_of_class, train_and_compare
 
-ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc")
 
 
 def test_proximal_term_adds_mu_times_the_distance_to_the_received_global_model(data_dir, tmp_path):
@@ -42,12 +41,7 @@ def test_zero_mu_reproduces_fedavg_exactly(data_dir, tmp_path):
     prox = server_for(data_dir, tmp_path / "prox", "-algo", "FedProx", "-mu", "0", *common)
     # FedAvg on the same unsplit model FedProx uses (the registry splits FedAvg's head off).
     fedavg = server_of_class(FedAvg, data_dir, tmp_path / "avg", "-algo", "FedAvg", *common, head_split=False)
-    prox.train()
-    fedavg.train()
-    a, _ = read_results(prox.results_file())
-    b, _ = read_results(fedavg.results_file())
-    for name in ACCURACY_ARRAYS:
-        assert np.array_equal(a[name], b[name]), name
+    train_and_compare(prox, fedavg)
 
 
 def test_lag_composes_with_fedprox(data_dir, tmp_path):

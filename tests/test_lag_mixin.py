@@ -11,9 +11,9 @@ from flcore.lag import LagError, LagSettings, top_k_positive, with_layer_conflic
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, server_of_class, state_equal
+from conftest import (assert_lag_composes, perturb_all_clients, play_round, server_for,
+                      server_of_class, state_equal, train_and_compare)
 
-ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc")
 
 
 def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_client(data_dir, tmp_path):
@@ -41,12 +41,7 @@ def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     fedavg = server_for(data_dir, tmp_path / "avg", "-algo", "FedAvg", *common)
     fedlag = server_for(data_dir, tmp_path / "lag", "-algo", "FedLAG", "--lag_top_k", "0", *common,
                         "--lag_granularity", "module")
-    fedavg.train()
-    fedlag.train()
-    a, _ = read_results(fedavg.results_file())
-    b, attrs = read_results(fedlag.results_file())
-    for name in ACCURACY_ARRAYS:
-        assert np.array_equal(a[name], b[name]), name
+    _, (b, attrs) = train_and_compare(fedavg, fedlag)
     # ...while the conflict analysis is still recorded, for the heatmap.
     assert b["lag_conflict_scores"].shape == (4, 4) and not b["lag_personal"].any()  # 4 rounds x 4 modules
     assert attrs["lag"]["top_k"] == 0
@@ -60,12 +55,7 @@ def test_k_counts_the_layers_the_base_method_keeps_personal(data_dir, tmp_path, 
     lag = server_for(data_dir, tmp_path / "lag", "-algo", f"{base}+LAG", "--lag_top_k", "1", *common)
     assert lag.lag_selector.own_personal == (own,) and lag.lag_selector.extra == 0
     assert f"{base} already keeps 1 layer(s) personal ({own})" in capsys.readouterr().out
-    plain.train()
-    lag.train()
-    a, _ = read_results(plain.results_file())
-    b, _ = read_results(lag.results_file())
-    for name in ACCURACY_ARRAYS:
-        assert np.array_equal(a[name], b[name]), name
+    _, (b, _) = train_and_compare(plain, lag)
     assert b["lag_pairs"].any() and not b["lag_personal"].any()
     more = server_for(data_dir, tmp_path / "more", "-algo", f"{base}+LAG", "--lag_top_k", "2", *common)
     assert more.lag_selector.extra == 1

@@ -1,7 +1,6 @@
 """The project installs as packages, and only entry scripts decide where imports come from."""
 import re
 import sys
-from pathlib import Path
 
 from conftest import REPO
 

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 import report
-from utils import plots
-from utils.result_utils import (dataset_partition, find_runs, group_runs, load_runs, markdown_table, models_note,
-                                personal_frequency, result_path, run_status, summary_rows, write_results)
+from reporting import plots
+from reporting.grouping import dataset_partition, group_runs
+from reporting.runs import find_runs, load_runs
+from reporting.tables import markdown_table, models_note, personal_frequency, summary_rows
+from utils.result_utils import result_path, write_results
+from utils.run_identity import run_status
 
 # Three seeds of one experiment: best = (0.6, 0.7, 0.8), final = (0.5, 0.7, 0.75).
 # best: mean 0.70, population std sqrt((0.01 + 0 + 0.01) / 3) = 0.0816497

@@ -23,7 +23,8 @@ from flcore.state import StateError
 from test_checkpoint import kill_after_checkpoints
 from utils.checkpoint import CheckpointError, config_key, save_checkpoint
 from utils.options import parse_args
-from utils.result_utils import lock_path, read_results, result_path
+from utils.result_utils import read_results, result_path
+from utils.run_lock import lock_path
 from conftest import cli, main_command, play_round, server_for, server_of_class
 
 TIMING = {"rs_round_time"}

@@ -3,11 +3,17 @@
 Layout (PFLlib's): ``dataset/<name>/config.json``, ``dataset/<name>/train/<id>.npz`` and
 ``dataset/<name>/test/<id>.npz`` for client ids ``0..N-1``.
 
-Each ``.npz`` holds two plain arrays, ``x`` (float32, N x C x H x W) and ``y`` (int64, N), so it
-loads with ``allow_pickle=False``. PFLlib's legacy files store one pickled dict under the key
-``data``; :func:`read_client_arrays` still reads them, through an unpickler that accepts NumPy
-arrays and nothing else. Before any array is allocated, its header's shape and dtype are checked
-against the bytes the file really holds, so a corrupt header cannot ask for terabytes.
+Each ``.npz`` holds two plain arrays, ``x`` and ``y`` (int64, N), so it loads with
+``allow_pickle=False``. What ``x`` holds is the config's ``input_kind`` (:func:`input_kind`):
+
+* ``image`` (the default, and all PFLlib configs): float32, N x C x H x W, ``input_shape`` [C, H, W];
+* ``tokens``: int64 token ids, N x L, right-padded with id 0; ``input_shape`` is [L], and the config
+  also records ``vocab_size`` (every id is below it) and ``max_len`` (L).
+
+PFLlib's legacy files store one pickled dict under the key ``data``; :func:`read_client_arrays`
+still reads them, through an unpickler that accepts NumPy arrays and nothing else. Before any
+array is allocated, its header's shape and dtype are checked against the bytes the file really
+holds, so a corrupt header cannot ask for terabytes.
 
 ``config.json`` records, per split, the :func:`content_hash` of every client's arrays
 (``content_sha256``), so a loader can tell that the files are the ones the generator wrote.
@@ -27,6 +33,11 @@ import numpy as np
 from dataset.utils.atomic_io import atomic_path
 
 CONFIG_NAME = "config.json"
+
+# The kinds of x a dataset folder may hold (config.json's "input_kind").
+IMAGE_INPUTS = "image"
+TOKEN_INPUTS = "tokens"
+INPUT_KINDS = (IMAGE_INPUTS, TOKEN_INPUTS)
 
 
 class DatasetFileError(ValueError):
@@ -142,8 +153,15 @@ def _read_legacy(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     for key, arr in (("x", x), ("y", y)):
         if not isinstance(arr, np.ndarray) or arr.dtype == object:
             raise DatasetFileError(f"{path}: legacy '{key}' is not a numeric NumPy array "
-                                   f"(text datasets are not supported)")
+                                   f"(PFLlib's text files are not supported: rebuild them with "
+                                   f"this project's generator, which writes token ids)")
     return x, y
+
+
+def input_kind(config: Dict[str, Any]) -> Any:
+    """The kind of inputs a config describes; one without ``input_kind`` holds images (PFLlib's and
+    this project's image configs never record it). Not checked here: the caller names a bad value."""
+    return config.get("input_kind", IMAGE_INPUTS)
 
 
 def write_config(root: Path, config: Dict[str, Any]) -> None:
@@ -172,3 +190,14 @@ def read_config(root: Path) -> Dict[str, Any]:
     if "num_clients" in config and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
         raise DatasetFileError(f"{path}: num_clients is {clients!r}, expected a positive whole number")
     return config
+
+
+def read_xy_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """The arrays ``x`` and ``y`` of a local ``--source`` file (no pickled objects)."""
+    source = Path(source)
+    if not source.is_file():
+        raise FileNotFoundError(f"--source file {source} does not exist")
+    with np.load(source, allow_pickle=False) as npz:
+        if not {"x", "y"} <= set(npz.files):
+            raise DatasetFileError(f"{source} must hold arrays 'x' and 'y', found {npz.files}")
+        return npz["x"], npz["y"]

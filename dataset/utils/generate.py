@@ -8,6 +8,10 @@ PFLlib's positional argv is kept (``noniid balance dir``) and named options are 
 Pipeline: raw arrays -> label partition (``partition.py``) -> per-client shuffled 75/25
 train/test split -> ``dataset/<name>/{train,test}/<id>.npz`` + ``config.json``.
 
+A generator may add options of its own that change the arrays rather than the split (a text dataset's
+``--vocab-size`` and ``--max-len``, see :class:`GeneratorSetting`); they are recorded in ``config.json``
+under ``generator_settings`` and compared on reuse like the partition.
+
 A dataset is built in a temporary sibling folder and renamed into place when complete, so an
 interrupted build never leaves old and new files mixed; a folder that holds another split is only
 replaced with ``--force``. ``config.json`` records a content hash of every client's arrays.
@@ -16,23 +20,26 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dataset.utils.atomic_io import create_temp_dir, replace_folder
 from dataset.utils.client_files import (CONFIG_NAME, DatasetFileError, client_file, content_hash,
-                                        read_client_arrays, read_config, write_client_arrays,
+                                        read_client_arrays, read_config, read_xy_npz, write_client_arrays,
                                         write_config)
 from dataset.utils.partition import (PARTITIONS, PFLLIB_BATCH_SIZE, PartitionError, partition,
                                      split_train_test)
 
 DATASET_ROOT = Path(__file__).resolve().parents[1]
 
-# (source file or None, folder for downloads) -> (x float32 N x C x H x W, y int64 N)
-RawLoader = Callable[[Optional[Path], Path], Tuple[np.ndarray, np.ndarray]]
+# (source file or None, folder for downloads, **generator settings) -> (x float32 N x C x H x W, y int64 N),
+# or (x, y, inputs) where ``inputs`` are the config.json entries describing another kind of x
+# (token ids: see dataset/utils/client_files.py).
+RawLoader = Callable[..., tuple]
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,31 @@ class GenerateError(ValueError):
     """The generator was asked for something it must not do (e.g. overwrite another split)."""
 
 
+# What a generator prints as one line (``error: ...``, exit status 2) instead of a traceback.
+GENERATOR_ERRORS = (PartitionError, DatasetFileError, GenerateError, FileNotFoundError)
+
+
+@dataclass(frozen=True)
+class GeneratorSetting:
+    """A whole-number option of one generator that changes the arrays, not the split (e.g. a text
+    dataset's vocabulary cap). Its value is passed to the raw loader as keyword ``key``, recorded in
+    ``config.json`` under ``generator_settings`` and compared on reuse."""
+    flag: str      # e.g. "--vocab-size"
+    default: int
+    help: str
+    minimum: int = 1
+
+    @property
+    def key(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
 def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
                default_min_samples: Optional[int],
-               defaults: Optional[PartitionOptions] = None) -> argparse.Namespace:
-    """PFLlib's positional argv plus named options; ``defaults`` (if given) sets the option defaults."""
+               defaults: Optional[PartitionOptions] = None, settings: Sequence[GeneratorSetting] = (),
+               source_help: Optional[str] = None) -> argparse.Namespace:
+    """PFLlib's positional argv plus named options; ``defaults`` (if given) sets the option defaults,
+    ``settings`` adds the generator's own options and ``source_help`` describes its ``--source``."""
     base = defaults or PartitionOptions(class_per_client=default_class_per_client, min_samples=default_min_samples)
     parser = argparse.ArgumentParser(
         prog=f"generate_{name}.py",
@@ -87,7 +115,9 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
                         help="concept shift: clients i %% G = g > 0 see the labels permuted by group g's "
                              "own fixed permutation (1 = none)")
     parser.add_argument("--source", type=Path, default=None,
-                        help="build from a local .npz with uint8 'x' and 'y' instead of downloading")
+                        help=source_help or "build from a local .npz with uint8 'x' and 'y' instead of downloading")
+    for setting in settings:
+        parser.add_argument(setting.flag, type=int, default=setting.default, help=setting.help)
     parser.add_argument("--name", default=None,
                         help="folder to write, i.e. the -data name (default: the dataset's name)")
     parser.add_argument("--root", type=Path, default=DATASET_ROOT,
@@ -114,39 +144,64 @@ def options_from_args(args: argparse.Namespace) -> PartitionOptions:
 
 def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_per_client: int = 2,
          default_min_samples: Optional[int] = None, defaults: Optional[PartitionOptions] = None,
-         folder_for: Optional[Callable[[PartitionOptions], str]] = None) -> int:
+         folder_for: Optional[Callable[[PartitionOptions], str]] = None,
+         settings: Sequence[GeneratorSetting] = (), source_help: Optional[str] = None) -> int:
     """Entry point of a generator script; returns the process exit code.
 
     ``defaults`` sets the options' defaults; ``folder_for(options)`` names the folder when ``--name``
     is not given (default: ``name``) and may raise :class:`GenerateError` to demand a ``--name``.
+    ``settings`` are the generator's own options (passed to ``load_raw`` by keyword).
     """
-    args = parse_args(argv, name, default_class_per_client, default_min_samples, defaults)
+    args = parse_args(argv, name, default_class_per_client, default_min_samples, defaults, settings, source_help)
     try:
         options = options_from_args(args)
+        values = setting_values(args, settings)
         folder = args.name if args.name is not None else (folder_for(options) if folder_for else name)
-        if not folder or "/" in folder or "\\" in folder or ".." in folder:
-            raise GenerateError(f"--name {folder!r} must be a plain folder name (no '/' or '..'); "
-                                f"--root sets the parent folder")
-        out = Path(args.root) / folder
-        if out.exists() and not out.is_dir():
-            raise GenerateError(f"{out} is a file, not a folder; pass another --name or --root")
-        if not args.force:
-            state = existing_split_state(out, options)
-            if state == "complete":
-                print(f"{out} already holds this split; nothing to do (use --force to rewrite)")
-                return 0
-            if state.startswith("different"):
-                raise GenerateError(f"{out} holds another split ({state[len('different: '):]}); pass --force "
-                                    f"to replace it, or --name to write another folder")
+        out = output_folder(args.root, folder)
+        if not args.force and already_built(out, options, values):
+            return 0
         # The download goes under --root too: a generator writes nowhere but the folder it was given.
-        x, y = load_raw(args.source, Path(args.root) / name / "rawdata")
-        config = build_dataset(out, x, y, options, source=name)
-    except (PartitionError, DatasetFileError, GenerateError, FileNotFoundError) as err:
+        x, y, *described = load_raw(args.source, Path(args.root) / name / "rawdata", **values)
+        extra = dict(described[0]) if described else {}
+        if values:
+            extra["generator_settings"] = values
+        config = build_dataset(out, x, y, options, source=name, extra_config=extra)
+    except GENERATOR_ERRORS as err:
         print(f"error: {err}")
         return 2
     print(f"wrote {config['num_clients']} clients to {out} "
           f"({sum(config['train_samples'])} train / {sum(config['test_samples'])} test samples)")
     return 0
+
+
+def output_folder(root: Path, folder: str) -> Path:
+    """``root / folder``, refusing a ``--name`` that is not a plain folder name or names a file."""
+    if not folder or "/" in folder or "\\" in folder or ".." in folder:
+        raise GenerateError(f"--name {folder!r} must be a plain folder name (no '/' or '..'); "
+                            f"--root sets the parent folder")
+    out = Path(root) / folder
+    if out.exists() and not out.is_dir():
+        raise GenerateError(f"{out} is a file, not a folder; pass another --name or --root")
+    return out
+
+
+def setting_values(args: argparse.Namespace, settings: Sequence[GeneratorSetting]) -> dict:
+    """``{key: value}`` of the generator's own options, each checked against its minimum."""
+    values = {}
+    for setting in settings:
+        value = getattr(args, setting.key)
+        if value < setting.minimum:
+            raise GenerateError(f"{setting.flag} must be >= {setting.minimum}, got {value}")
+        values[setting.key] = value
+    return values
+
+
+def setting_differences(config: dict, values: Mapping[str, int]) -> List[str]:
+    """The generator settings in which ``config`` differs from ``values``, as ``key X (asked Y)``."""
+    recorded = config.get("generator_settings")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [f"{key} {recorded.get(key)!r} (asked {value!r})" for key, value in values.items()
+            if recorded.get(key) != value]
 
 
 def split_differences(config: dict, options: PartitionOptions) -> List[str]:
@@ -157,8 +212,21 @@ def split_differences(config: dict, options: PartitionOptions) -> List[str]:
             if config.get(key, defaults[key]) != value]
 
 
-def existing_split_state(out: Path, options: PartitionOptions) -> str:
-    """What folder ``out`` holds, compared with the split ``options`` asks for.
+def already_built(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None) -> bool:
+    """True (and says so) when ``out`` holds this split intact: nothing to do. Raises
+    :class:`GenerateError` when it holds another split, which is never replaced without ``--force``."""
+    state = existing_split_state(out, options, settings)
+    if state == "complete":
+        print(f"{out} already holds this split; nothing to do (use --force to rewrite)")
+        return True
+    if state.startswith("different"):
+        raise GenerateError(f"{out} holds another split ({state[len('different: '):]}); pass --force "
+                            f"to replace it, or --name to write another folder")
+    return False
+
+
+def existing_split_state(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None) -> str:
+    """What folder ``out`` holds, compared with the split ``options`` (and generator ``settings``) ask for.
 
     ``"absent"`` (no readable ``config.json``: no split to lose), ``"complete"`` (this split, every
     file present and, where the config records hashes, intact), ``"damaged"`` (this split, files
@@ -168,7 +236,7 @@ def existing_split_state(out: Path, options: PartitionOptions) -> str:
         config = read_config(out)
     except DatasetFileError:
         return "absent"
-    differences = split_differences(config, options)
+    differences = split_differences(config, options) + setting_differences(config, settings or {})
     if differences:
         return "different: " + ", ".join(differences)
     return "complete" if verify_files(out, config) is None else "damaged"
@@ -204,8 +272,14 @@ def verify_files(root: Path, config: dict) -> Optional[str]:
 
 
 def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOptions, *,
-                  source: str = "", num_classes: Optional[int] = None, replace: bool = True) -> dict:
+                  source: str = "", num_classes: Optional[int] = None, replace: bool = True,
+                  extra_config: Optional[Mapping] = None, parts: Optional[List[np.ndarray]] = None) -> dict:
     """Partition ``(x, y)`` and write every client's files and the config; returns the config.
+
+    ``extra_config`` is added to ``config.json``: how to read ``x`` when it is not images (its
+    ``input_kind`` and what goes with it), and the generator's settings. ``parts`` (each client's
+    sample indices) replaces the label partition for a dataset split by nature, e.g. one client per
+    speaker; ``options`` then only give the seed of the train/test split and what config.json records.
 
     Everything is written into a temporary sibling of ``out`` that is renamed into place once complete:
     ``out`` never holds a mix of two builds, and an interrupted build leaves it as it was. With
@@ -217,9 +291,10 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     y = np.asarray(y, dtype=np.int64)
     num_classes = int(y.max()) + 1 if num_classes is None else num_classes
     rng = np.random.default_rng(options.seed)
-    parts = partition(y, options.num_clients, options.partition, rng, num_classes=num_classes,
-                      class_per_client=options.class_per_client, alpha=options.alpha,
-                      balance=options.balance, min_samples=options.min_samples)
+    if parts is None:
+        parts = partition(y, options.num_clients, options.partition, rng, num_classes=num_classes,
+                          class_per_client=options.class_per_client, alpha=options.alpha,
+                          balance=options.balance, min_samples=options.min_samples)
     label_maps = label_permutations(options.label_groups, num_classes, options.seed)
     too_small = [i for i, p in enumerate(parts) if len(p) < 2]
     if too_small:
@@ -228,7 +303,8 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     out.parent.mkdir(parents=True, exist_ok=True)
     work = create_temp_dir(out.parent, f".{out.name}.building-")
     try:
-        config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps)
+        config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps,
+                                extra_config or {})
         if replace:
             keep = tuple(p.name for p in out.iterdir() if p.name not in LAYOUT) if out.is_dir() else ()
             replace_folder(work, out, keep=keep)
@@ -260,7 +336,7 @@ def label_permutations(groups: int, num_classes: int, seed: int) -> List[np.ndar
 
 def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndarray],
                    rng: np.random.Generator, options: PartitionOptions, source: str, num_classes: int,
-                   label_maps: Sequence[np.ndarray]) -> dict:
+                   label_maps: Sequence[np.ndarray], extra_config: Mapping) -> dict:
     """Split each client 75/25, write its two files and, last, ``config.json`` into ``work``."""
     train_sizes: List[int] = []
     test_sizes: List[int] = []
@@ -282,6 +358,7 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
                   batch_size=PFLLIB_BATCH_SIZE, train_samples=train_sizes, test_samples=test_sizes,
                   source=source, content_sha256=hashes)
     config["Size of samples for labels in clients"] = label_stats
+    config.update(extra_config)
     write_config(work, config)
     return config
 
@@ -312,13 +389,8 @@ def images_to_float(x: np.ndarray, max_value: float = 255.0) -> np.ndarray:
 
 def load_source_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
     """A local copy of a dataset: uint8 ``x`` (N x H x W[, C]) and integer ``y``."""
-    source = Path(source)
-    if not source.is_file():
-        raise FileNotFoundError(f"--source file {source} does not exist")
-    with np.load(source, allow_pickle=False) as npz:
-        if not {"x", "y"} <= set(npz.files):
-            raise DatasetFileError(f"{source} must hold arrays 'x' and 'y', found {npz.files}")
-        return images_to_float(npz["x"]), npz["y"].astype(np.int64)
+    x, y = read_xy_npz(source)
+    return images_to_float(x), y.astype(np.int64)
 
 
 def torchvision_loader(class_name: str, **kwargs) -> RawLoader:
@@ -360,6 +432,20 @@ def load_torchvision(dataset_cls, raw_dir: Path, **kwargs) -> Tuple[np.ndarray, 
     x = np.concatenate([np.asarray(p.data) for p in parts])
     y = np.concatenate([np.asarray(p.targets) for p in parts])
     return images_to_float(x), y.astype(np.int64)
+
+
+@contextmanager
+def removed_on_failure(raw_dir: Path) -> Iterator[None]:
+    """Around a download into ``raw_dir``: if it fails, remove what it created (the folders it had to
+    make, or the files it added to an existing ``raw_dir``), then let the error through."""
+    raw_dir = Path(raw_dir)
+    created_top = _first_missing_ancestor(raw_dir)
+    existed = set(raw_dir.rglob("*")) if created_top is None else set()
+    try:
+        yield
+    except BaseException:
+        _remove_new_paths(raw_dir, created_top, existed)
+        raise
 
 
 def _first_missing_ancestor(path: Path) -> Optional[Path]:

@@ -61,12 +61,11 @@ def _dump(context: Context, client, rnd: int, phase: str) -> None:
     folder = task.setting(context, "dump-dir", "")
     if not folder:
         return
+    from dataset.utils.atomic_io import atomic_path  # the project is on sys.path once a client is built
     path = Path(str(folder)) / f"node{client.id}_round{rnd}_{phase}.npz"
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().cpu().numpy() for name, t in client.model.state_dict().items()}
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **state)
-    tmp.replace(path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a file object: np.savez adds no suffix
+        np.savez(fh, **state)
 
 
 @app.train()

@@ -30,6 +30,7 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     repo = task.use_project(context)  # the project's modules are importable from here on
+    from dataset.utils.atomic_io import atomic_path
     from flcore.lag.mixin import LagSettings
     from utils.result_utils import result_path, write_results
 
@@ -68,8 +69,8 @@ def main(grid: Grid, context: Context) -> None:
     arrays = result.arrays if result.arrays else task.to_record(model.state_dict())  # no round aggregated
     final = {name: tensor.numpy() for name, tensor in task.from_record(arrays).items()}
     model_path = path.with_suffix(".global.npz")
-    np.savez(model_path.with_suffix(".tmp.npz"), **final)
-    model_path.with_suffix(".tmp.npz").replace(model_path)
+    with atomic_path(model_path) as tmp, open(tmp, "wb") as fh:  # a file object: np.savez adds no suffix
+        np.savez(fh, **final)
     if strategy.failures:
         log(WARNING, "%d node replies failed or never came (listed in the .h5's 'failures'); the results are "
             "not marked complete", len(strategy.failures))

@@ -199,7 +199,7 @@ def build_model(args):
     seed_everything(args.seed)
     _, spec = resolve(ALGORITHM)
     info = dataset_info(args.dataset, args.num_clients, args.data_dir)
-    model = build_checked_model(args.model, info.input_shape, args.num_classes)
+    model = build_checked_model(args.model, info.input_shape, args.num_classes, args.vocab_size, args.max_len)
     return split_head(model) if spec.head_split else model
 
 

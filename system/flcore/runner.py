@@ -9,12 +9,14 @@ import torch
 from flcore.lag.selector import default_warmup
 from flcore.registry import resolve
 from flcore.servers.serverbase import ConfigError, run_results_file
-from flcore.trainmodel.models import build_model, split_head
-from utils.data_utils import DatasetError, dataset_info, ensure_default_dataset
+from dataset.utils.client_files import TOKEN_INPUTS
+from flcore.trainmodel.models import TEXT_MODELS, build_model, example_batch, split_head
+from utils.data_utils import DatasetError, DatasetInfo, dataset_info, ensure_default_dataset
 from utils.errors import UserError
 from utils.paths import RESULTS_DIR, check_name, display_path
-from utils.result_utils import check_unlocked, writable_problem
 from utils.options import check_model_name
+from utils.result_utils import writable_problem
+from utils.run_lock import check_unlocked
 from utils.seeding import seed_everything
 
 
@@ -38,7 +40,7 @@ def resolve_device(requested: str, device_id: str = "0") -> tuple[str, str]:
 
 
 def prepare(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
-    """Resolve what the flags leave open, on a copy: device, class count, LAG warm-up length.
+    """Resolve what the flags leave open, on a copy: device, class count, vocabulary size, LAG warm-up length.
 
     Also checks the algorithm name early and builds the embedded dataset on first use.
     """
@@ -58,9 +60,30 @@ def prepare(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
     elif resolved.num_classes < info.num_classes:
         raise DatasetError(f"-ncl {resolved.num_classes} is below the {info.num_classes} classes of "
                            f"{args.dataset}; omit -ncl to use the dataset's count")
+    resolved.vocab_size = text_vocab_size(args, info)
     if resolved.lag_warmup is None:
         resolved.lag_warmup = default_warmup(args.global_rounds)
     return resolved, note
+
+
+def text_vocab_size(args: argparse.Namespace, info: DatasetInfo):
+    """``-vs`` for this dataset: its vocabulary when left out, never fewer ids than its files hold (an id
+    past the embedding table would crash training). Also refuses a non-text model on token ids, and a
+    ``-ml`` shorter than the dataset's sequences. Datasets of other inputs keep ``-vs`` as given."""
+    if info.input_kind != TOKEN_INPUTS:
+        return args.vocab_size
+    if args.model not in TEXT_MODELS:
+        raise ConfigError(f"model {args.model} does not take token ids, and {args.dataset} holds texts; "
+                          f"choose one of -m {', '.join(TEXT_MODELS)}")
+    if args.max_len < info.input_shape[0]:
+        raise ConfigError(f"-ml/--max_len {args.max_len} is below the {info.input_shape[0]} tokens per text of "
+                          f"{args.dataset}; raise -ml to at least {info.input_shape[0]}")
+    if args.vocab_size is None:
+        return info.vocab_size
+    if args.vocab_size < info.vocab_size:
+        raise ConfigError(f"-vs/--vocab_size {args.vocab_size} is below the vocabulary of {args.dataset} "
+                          f"({info.vocab_size} token ids); raise -vs to at least {info.vocab_size}, or omit it")
+    return args.vocab_size
 
 
 def check_results_dir(results_dir) -> None:
@@ -83,7 +106,7 @@ def build_server(args: argparse.Namespace, run: int = 0):
     seed_everything(run_args.seed)
     server_class, spec = resolve(args.algorithm)
     info = dataset_info(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
-    model = build_checked_model(args.model, info.input_shape, args.num_classes)
+    model = build_checked_model(args.model, info.input_shape, args.num_classes, args.vocab_size, args.max_len)
     if spec.head_split:
         model = split_head(model)
     server = server_class(run_args, run, model, info)
@@ -94,14 +117,14 @@ def build_server(args: argparse.Namespace, run: int = 0):
     return server
 
 
-def build_checked_model(name: str, input_shape, num_classes: int):
+def build_checked_model(name: str, input_shape, num_classes: int, vocab_size=None, max_len=None):
     """Build ``-m name`` and push a dummy batch through it, so a model that cannot take the dataset's
     inputs (e.g. an image too small for its pooling) fails early, in one line."""
     try:
-        model = build_model(name, input_shape, num_classes)
+        model = build_model(name, input_shape, num_classes, vocab_size=vocab_size, max_len=max_len)
         model.eval()
         with torch.no_grad():
-            model(torch.zeros(2, *input_shape))
+            model(example_batch(name, input_shape))
         model.train()
         return model
     except RuntimeError as err:

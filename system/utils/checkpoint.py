@@ -11,6 +11,7 @@ truncated, corrupt, or cut off mid-write - is skipped and the previous good one 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -25,7 +26,7 @@ import torch
 
 from dataset.utils.atomic_io import atomic_path
 from utils.errors import UserError
-from utils.result_utils import EXECUTION_FLAGS
+from utils.run_identity import EXECUTION_FLAGS
 
 KEEP = 2
 _NAME = re.compile(r"round_(\d+)\.pt$")
@@ -45,9 +46,21 @@ class Checkpoint:
     path: Optional[Path] = None
 
 
+@functools.lru_cache(maxsize=1)
+def _flag_defaults() -> Dict[str, object]:
+    from utils.options import build_parser  # here, not at import: options imports the registry
+    return vars(build_parser().parse_args([]))
+
+
+def _at_default(key: str, value: object) -> bool:
+    defaults = _flag_defaults()
+    return key in defaults and defaults[key] == value
+
+
 def config_key(config: Dict[str, object]) -> str:
-    """A short hash of the flags that change results (every flag but :data:`EXECUTION_FLAGS`)."""
-    kept = {k: v for k, v in config.items() if k not in IGNORED_ON_RESUME}
+    """A short hash of the flags that change results (every flag but :data:`EXECUTION_FLAGS`) and are
+    not at their default, so that a flag added in a later version leaves earlier checkpoints findable."""
+    kept = {k: v for k, v in config.items() if k not in IGNORED_ON_RESUME and not _at_default(k, v)}
     text = json.dumps(kept, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
@@ -194,10 +207,16 @@ def remove_checkpoints(folder: Path) -> None:
 
 
 def config_differences(saved: Dict[str, object], current: Dict[str, object]) -> List[str]:
-    """Flags whose values differ between a checkpoint and the current command."""
+    """Flags whose values differ between a checkpoint and the current command. A flag one side does not
+    record (it did not exist yet) counts as its default."""
+    defaults = _flag_defaults()
     keys = (set(saved) | set(current)) - IGNORED_ON_RESUME
-    return [f"--{k}: {saved.get(k)!r} in the checkpoint, {current.get(k)!r} now"
-            for k in sorted(keys) if saved.get(k) != current.get(k)]
+    differing = []
+    for k in sorted(keys):
+        before, now = saved.get(k, defaults.get(k)), current.get(k, defaults.get(k))
+        if before != now:
+            differing.append(f"--{k}: {before!r} in the checkpoint, {now!r} now")
+    return differing
 
 
 def _round_of(path: Path) -> int:

@@ -16,9 +16,10 @@ from typing import Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from dataset.utils.client_files import (DatasetFileError, client_file, content_hash, read_client_arrays,
-                                        read_config)
+from dataset.utils.client_files import (IMAGE_INPUTS, DatasetFileError, client_file, content_hash,
+                                        read_client_arrays, read_config)
 from utils.errors import UserError
+from utils.input_kinds import config_inputs, file_inputs_problem, inputs_tensor
 from utils.paths import DATASET_DIR, check_name, display_path
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
@@ -30,7 +31,8 @@ class DatasetError(UserError, ValueError):
 
 @dataclass
 class ClientData:
-    """One client's split: ``x`` (N x C x H x W float32) and ``y`` (N int64), on one device."""
+    """One client's split: ``x`` (N x C x H x W float32 images, or N x L int64 token ids) and ``y`` (N
+    int64), on one device."""
     x: torch.Tensor
     y: torch.Tensor
 
@@ -61,17 +63,21 @@ class DatasetInfo:
 
     ``train_sha256`` / ``test_sha256``: each client file's content hash as the generator recorded it
     (None for folders built before hashes were recorded: only sample counts are checked then).
+    ``input_kind``: ``image`` (``input_shape`` (C, H, W)) or ``tokens`` (``input_shape`` (L,), ids
+    below ``vocab_size``); see dataset/utils/client_files.py.
     """
     name: str
     root: Path
     num_clients: int
     num_classes: int
-    input_shape: Tuple[int, int, int]
+    input_shape: Tuple[int, ...]
     train_samples: Tuple[int, ...]
     test_samples: Tuple[int, ...]
     train_sha256: Optional[Tuple[str, ...]] = None
     test_sha256: Optional[Tuple[str, ...]] = None
     rebuild: str = ""
+    input_kind: str = IMAGE_INPUTS
+    vocab_size: Optional[int] = None
 
 
 def generate_command(name: str, num_clients: int, data_root: Optional[Path] = None) -> str:
@@ -79,9 +85,20 @@ def generate_command(name: str, num_clients: int, data_root: Optional[Path] = No
     (partition parameters spelled in a ``run_all.sh`` name, ``MNIST-dir0.1-nc10``, are kept)."""
     folder = Path(data_root or DATASET_DIR) / name
     command = rebuild_command(folder, _split_from_name(name, num_clients), exists=False)
-    if command.startswith("python ") and _generator_of(name, {}) != "Digits":
-        command += " (offline: add --source FILE.npz holding uint8 x and labels y)"
+    base = _generator_of(name, {})
+    if command.startswith("python ") and base != "Digits":
+        command += f" (offline: add {OFFLINE_SOURCES.get(base, IMAGE_SOURCE)})"
     return command
+
+
+# How each generator builds without a network, for the hint of a missing dataset.
+IMAGE_SOURCE = "--source FILE.npz holding uint8 x and labels y"
+OFFLINE_SOURCES = {
+    "AGNews": "--source FILE.csv, the CSV release's rows: class index, title, description",
+    "Shakespeare": "--source FILE.json, LEAF's preprocessed Shakespeare (required: it is never downloaded)",
+}
+# Datasets split by who wrote the data (one client per speaker), not by label.
+NATURAL_SPLITS = ("Shakespeare",)
 
 
 def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
@@ -107,6 +124,9 @@ def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
         words += ["--min-samples", str(split["min_samples"])]
     if split.get("label_groups", 1) != 1:
         words += ["--label-groups", str(split["label_groups"])]
+    settings = split.get("generator_settings")
+    for key, value in (settings.items() if isinstance(settings, dict) else ()):
+        words += [f"--{key.replace('_', '-')}", str(value)]
     if folder.name != base:
         words += ["--name", folder.name]
     if folder.parent.resolve() != DATASET_DIR.resolve():
@@ -140,6 +160,8 @@ def _split_from_name(name: str, num_clients: int) -> dict:
         if name == digits.digits_folder(clients):
             return asdict(digits.digits_options(clients))
     split: dict = {"num_clients": num_clients}
+    if base in NATURAL_SPLITS:
+        split["partition"] = "natural"
     if base is None or name == base:
         return split
     words = name[len(base) + 1:].split("-")
@@ -245,8 +267,9 @@ def dataset_info(name: str, clients_needed: int, data_dir: Optional[Path] = None
         test = _int_list(config, "test_samples", where, rebuild, length=num_clients)
     else:  # PFLlib's config lacks shapes and sizes: read them off the files
         shape, train, test = _shapes_from_files(root, num_clients, rebuild)
-    if len(shape) != 3:
-        raise DatasetError(f"dataset {name!r} has inputs of shape {shape}; only images (C, H, W) are supported")
+    kind, vocab_size, problem = config_inputs(config, shape)
+    if problem:
+        raise DatasetError(f"{where}: {problem}; regenerate it with: {rebuild}")
     num_classes = config.get("num_classes")
     label_max = _largest_train_label(config)
     if num_classes is None:
@@ -264,7 +287,8 @@ def dataset_info(name: str, clients_needed: int, data_dir: Optional[Path] = None
     train_sha = test_sha = None
     if isinstance(hashes, dict):
         train_sha, test_sha = (_hash_list(hashes.get(split), num_clients) for split in ("train", "test"))
-    return DatasetInfo(name, root, num_clients, num_classes, shape, train, test, train_sha, test_sha, rebuild)
+    return DatasetInfo(name, root, num_clients, num_classes, shape, train, test, train_sha, test_sha, rebuild,
+                       kind, vocab_size)
 
 
 def _int_list(config: Mapping, key: str, where: str, rebuild: str, *, length: Optional[int] = None,
@@ -326,7 +350,8 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     """Read one client's ``train`` or ``test`` file into tensors on ``device``, checking it.
 
     The file must agree with ``config.json`` (sample count, and content hash where recorded), hold
-    real-valued finite inputs of the dataset's shape and integer labels in ``[0, num_classes)``.
+    inputs of the dataset's kind and shape (finite real images, or integer token ids below its
+    vocab_size) and integer labels in ``[0, num_classes)``.
     """
     rebuild = info.rebuild or rebuild_command(info.root, {"num_clients": info.num_clients})
     x, y = _read(info.root, split, client_id, rebuild)
@@ -334,10 +359,10 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     if y.dtype.kind not in "iu":
         raise DatasetError(f"{where}: labels y have dtype {y.dtype}; they must be integers 0..C-1 "
                            f"(regenerate it with: {rebuild})")
-    if x.dtype.kind not in "fiu":
-        raise DatasetError(f"{where}: inputs x have dtype {x.dtype}; they must be real numbers "
-                           f"(regenerate it with: {rebuild})")
-    if x.ndim != 4 or tuple(x.shape[1:]) != tuple(info.input_shape) or len(x) != len(y):
+    problem = file_inputs_problem(x, info.input_kind, info.input_shape, info.vocab_size)
+    if problem:
+        raise DatasetError(f"{where}: {problem} (regenerate it with: {rebuild})")
+    if y.ndim != 1 or len(x) != len(y):
         raise DatasetError(f"{where}: x has shape {x.shape} and y {y.shape}, expected "
                            f"(N, {', '.join(map(str, info.input_shape))}) and (N,)")
     sizes = info.train_samples if split == "train" else info.test_samples
@@ -345,9 +370,6 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
         raise DatasetError(f"{where} holds {len(y)} samples but {display_path(info.root / 'config.json')} says "
                            f"{sizes[client_id]}: the folder mixes files of different builds; regenerate it "
                            f"with: {rebuild}")
-    if x.dtype.kind == "f" and not np.isfinite(x).all():
-        bad = int(x.size - np.isfinite(x).sum())
-        raise DatasetError(f"{where}: x holds {bad} NaN or infinite values; regenerate it with: {rebuild}")
     if len(y) and y.min() < 0:
         raise DatasetError(f"{where}: label {int(y.min())} is negative; labels must be 0..C-1 "
                            f"(regenerate it with: {rebuild})")
@@ -362,9 +384,7 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     if split == "train" and few_shot > 0:
         keep = _first_per_label(y, few_shot)
         x, y = x[keep], y[keep]
-    x_t = torch.as_tensor(np.ascontiguousarray(x, dtype=np.float32))
-    if channels_last:
-        x_t = x_t.contiguous(memory_format=torch.channels_last)
+    x_t = inputs_tensor(x, info.input_kind, channels_last)
     return ClientData(x_t.to(device), torch.as_tensor(y.astype(np.int64)).to(device))
 
 

@@ -4,7 +4,8 @@ Differences from PFLlib, on purpose:
 * boolean flags accept ``True/False/1/0/yes/no`` (PFLlib's ``type=bool`` turns ``False`` into True),
   and may be given bare (``-ab``) to mean true;
 * ``-data`` defaults to ``Digits``, the embedded dataset, so the first command needs no download;
-* ``-ncl`` defaults to the dataset's own class count (config.json), not 10;
+* ``-ncl`` defaults to the dataset's own class count (config.json), not 10, and ``-vs`` to a text
+  dataset's vocabulary size, not 80;
 * ``--seed`` seeds everything; run ``i`` of ``-t`` uses ``seed + i``.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from flcore.lag.selector import add_lag_arguments, lag_flag_problems
 from flcore.registry import algorithms_by_group, unknown_name_message
-from flcore.trainmodel.models import MODELS, UnknownModelError
+from flcore.trainmodel.models import IMAGE_MODELS, MODELS, SENSOR_MODELS, TEXT_MODELS, VECTOR_MODELS, UnknownModelError
 from utils.paths import DATASET_DIR
 
 
@@ -37,6 +38,13 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def dataset_generators() -> List[str]:
     """Names of the datasets a ``dataset/generate_<Name>.py`` script can build."""
     return sorted((p.stem[len("generate_"):] for p in DATASET_DIR.glob("generate_*.py")), key=str.lower)
+
+
+def models_by_input() -> str:
+    """The ``-m`` names grouped by the input they take, on one line."""
+    groups = (("images", IMAGE_MODELS), ("sensor windows", SENSOR_MODELS), ("feature vectors", VECTOR_MODELS),
+              ("text, with -vs and -ml", TEXT_MODELS))
+    return "; ".join(f"{kind}: {', '.join(models)}" for kind, models in groups)
 
 
 def str2bool(value: str) -> bool:
@@ -65,10 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     flag("-did", "--device_id", default="0", help="GPU index used with -dev cuda")
     flag("-data", "--dataset", default="Digits",
          help="dataset folder under --data_dir: Digits (embedded, built on first use) or one made by "
-              f"dataset/generate_<Name>.py ({', '.join(n for n in dataset_generators() if n != 'Digits')}; offline: --source FILE.npz)")
+              f"dataset/generate_<Name>.py ({', '.join(n for n in dataset_generators() if n != 'Digits')}; "
+              "offline: --source FILE, see the generator's --help)")
     flag("-ncl", "--num_classes", type=int, default=None,
          help="number of classes (default: the dataset's, from its config.json)")
-    flag("-m", "--model", default="CNN", help=f"model: {', '.join(MODELS)}")
+    flag("-m", "--model", default="CNN", help=f"model; {models_by_input()}")
+    flag("-vs", "--vocab_size", type=int, default=None,
+         help="text models' vocabulary size: token ids 0..vs-1, 0 is padding (default: the dataset's, from "
+              "its config.json; PFLlib passes 80 for Shakespeare, 32000 for AG_News and SogouNews)")
+    flag("-ml", "--max_len", type=int, default=200,
+         help="text models' longest token sequence, at least the dataset's (it sizes the Transformer's "
+              "position table)")
     flag("-lbs", "--batch_size", type=int, default=10, help="local minibatch size")
     flag("-lr", "--local_learning_rate", type=float, default=0.005, help="clients' SGD learning rate")
     boolean("-ld", "--learning_rate_decay", "exponential lr decay, one step per local training")
@@ -177,6 +192,9 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(args.gpus_per_worker >= 0, f"--gpus_per_worker must be >= 0, got {args.gpus_per_worker}")
     need(args.ray_timeout >= 0, f"--ray_timeout must be >= 0 seconds (0 = no limit), got {args.ray_timeout}")
     need(args.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
+    need(args.vocab_size is None or args.vocab_size >= 2,
+         f"-vs/--vocab_size must be >= 2 (the padding id 0 and a token), got {args.vocab_size}")
+    need(args.max_len >= 1, f"-ml/--max_len must be >= 1, got {args.max_len}")
     need(args.checkpoint_every >= 0, f"--checkpoint_every must be >= 0, got {args.checkpoint_every}")
     problems += lag_flag_problems(args)
     problems += value_problems(args, problems)

@@ -22,7 +22,7 @@ from torch.func import functional_call
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientbase import Client
-from flcore.clients.personal import interpolate, parameter_views
+from flcore.training.personal import interpolate, parameter_views
 
 
 class MixingWeight(nn.Module):

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientbase import Client
+from flcore.training.classfeatures import class_feature_stats
 from utils.data_utils import ClientData
 
 ALIGNMENT_LR = 0.01     # the reference code's constants; PFLlib has no flags for them

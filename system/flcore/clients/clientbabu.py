@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.parttraining import fine_tune_whole_model, part_optimizer
+from flcore.training.parttraining import fine_tune_whole_model, part_optimizer
 from utils.data_utils import ClientData
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
-from flcore.clients.fedcp_model import gumbel_noise, rbf_mmd
+from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
 from utils.data_utils import ClientData
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.label_counts import head_in_features
+from flcore.trainmodel.shapes import head_in_features
 from utils.data_utils import ClientData
 
 

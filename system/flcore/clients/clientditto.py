@@ -13,7 +13,7 @@ import copy
 import torch
 
 from flcore.clients.clientbase import Client
-from flcore.clients.personal import State, parameter_copies, squared_distance_to
+from flcore.training.personal import State, parameter_copies, squared_distance_to
 
 
 class clientDitto(Client):

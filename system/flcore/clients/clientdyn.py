@@ -14,7 +14,7 @@ from typing import Dict
 import torch
 
 from flcore.aggregation import zeros_like_parameters
-from flcore.clients.received import ReceivedModelClient, squared_distance
+from flcore.training.received import ReceivedModelClient, squared_distance
 
 
 class clientDyn(ReceivedModelClient):

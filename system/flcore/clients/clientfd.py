@@ -14,8 +14,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from flcore.clients.classvectors import ClassMeanAccumulator, ClassVectors
 from flcore.clients.clientbase import Client
+from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 
 
 def distillation_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: ClassVectors) -> torch.Tensor:

@@ -12,8 +12,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientbase import Client
+from flcore.training.classfeatures import class_feature_stats
 from utils.data_utils import ClientData
 
 

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.gpfl_model import conditional_inputs
-from flcore.clients.label_counts import class_proportions
+from flcore.training.label_counts import class_proportions
+from flcore.trainmodel.gpfl_model import conditional_inputs
 from utils.data_utils import ClientData
 
 

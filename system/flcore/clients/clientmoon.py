@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.clients.received import ReceivedModelClient, frozen_copy
+from flcore.training.received import ReceivedModelClient, frozen_copy
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,

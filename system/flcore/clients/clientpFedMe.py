@@ -15,7 +15,7 @@ import torch
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientbase import Client
-from flcore.clients.personal import State, parameter_views, run_batch_steps, squared_distance_to
+from flcore.training.personal import State, parameter_views, run_batch_steps, squared_distance_to
 
 
 class clientpFedMe(Client):

@@ -14,9 +14,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from flcore.clients.classfeatures import class_feature_stats
 from flcore.clients.clientbase import Client
-from flcore.clients.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
+from flcore.training.classfeatures import class_feature_stats
+from flcore.training.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
 from utils.data_utils import ClientData
 
 HEAD_EPOCHS = 1  # the paper's and PFLlib's classifier stage

@@ -21,7 +21,7 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
-from flcore.clients.personal import parameter_copies, run_batch_steps
+from flcore.training.personal import parameter_copies, run_batch_steps
 
 ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the training batches
 

@@ -15,8 +15,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from flcore.clients.classvectors import ClassMeanAccumulator, ClassVectors
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
+from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 from utils.metrics import ClientTestStats, micro_auc
 
 

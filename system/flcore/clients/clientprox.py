@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from flcore.clients.received import ReceivedModelClient, squared_distance
+from flcore.training.received import ReceivedModelClient, squared_distance
 
 
 class clientProx(ReceivedModelClient):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
+from flcore.training.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
 from utils.data_utils import ClientData
 
 

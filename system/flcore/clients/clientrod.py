@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.clients.label_counts import class_counts
+from flcore.training.label_counts import class_counts
 from utils.data_utils import ClientData
 
 

@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from flcore.aggregation import zeros_like_parameters
-from flcore.clients.received import ReceivedModelClient
+from flcore.training.received import ReceivedModelClient
 
 Controls = Dict[str, torch.Tensor]
 

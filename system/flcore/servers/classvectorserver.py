@@ -12,9 +12,9 @@ from typing import List, Sequence
 
 import torch
 
-from flcore.clients.classvectors import ClassVectors, average_over_holders
 from flcore.clients.clientbase import Client
 from flcore.servers.serverbase import Server
+from flcore.training.classvectors import ClassVectors, average_over_holders
 
 
 class ClassVectorServer(Server):

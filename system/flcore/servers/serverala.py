@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from flcore.clients.clientala import clientALA
-from flcore.servers.lagaware import lag_personal_names
+from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import ConfigError, Server
 
 

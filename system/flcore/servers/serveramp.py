@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 
 from flcore.clients.clientamp import clientAMP
-from flcore.servers.lagaware import lag_personal_names
+from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import ConfigError, Server
 
 State = Dict[str, torch.Tensor]

@@ -22,7 +22,7 @@ import numpy as np
 
 from flcore.clients.clientas import clientAS
 from flcore.lag.conflict import with_module_buffers
-from flcore.servers.lagaware import lag_personal_names
+from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import Server
 
 

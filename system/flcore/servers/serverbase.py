@@ -34,7 +34,8 @@ from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils import progress
 from utils.progress import RoundReporter
-from utils.result_utils import RunLock, result_path, writable_problem, write_results, write_results_fallback
+from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
+from utils.run_lock import RunLock
 from utils.seeding import sampler_rng
 
 

@@ -28,8 +28,8 @@ from torch import nn
 
 from flcore.aggregation import sample_weights
 from flcore.clients.clientcp import clientCP
-from flcore.clients.fedcp_model import FedCPModel
 from flcore.servers.serverbase import ConfigError, Server
+from flcore.trainmodel.fedcp_model import FedCPModel
 from utils.data_utils import DatasetInfo
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientgpfl import clientGPFL
-from flcore.clients.gpfl_model import GPFLModel
 from flcore.servers.serverbase import Server, require
+from flcore.trainmodel.gpfl_model import GPFLModel
 from utils.data_utils import DatasetInfo
 
 

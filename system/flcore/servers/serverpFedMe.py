@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientpFedMe import clientpFedMe
-from flcore.clients.personal import interpolate, parameter_copies, parameter_views
 from flcore.servers.serverbase import ConfigError, Server
+from flcore.training.personal import interpolate, parameter_copies, parameter_views
 
 
 class pFedMe(Server):

@@ -25,9 +25,9 @@ from scipy.optimize import minimize
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average
-from flcore.clients.classfeatures import pooled_prototypes
 from flcore.clients.clientpac import clientPAC
 from flcore.servers.serverbase import ConfigError, Server
+from flcore.training.classfeatures import pooled_prototypes
 
 SMALL_WEIGHT = 1e-3  # weights below this are dropped and the rest renormalised (reference code: 1e-3)
 

@@ -4,17 +4,28 @@ Every model ends in a classifier named ``fc`` applied to a flat feature vector, 
 :class:`BaseHeadSplit` can cut any of them into a feature extractor (``base``) and a head.
 Models return logits; the loss applies the softmax (PFLlib's MLR/DNN apply ``log_softmax`` inside the
 model, which after a head split lands on the features - that quirk is not reproduced).
+
+Models come in four input kinds: images (C, H, W); sensor windows (C, 1, T); feature vectors (D,);
+and token ids (max_len,), which also need the vocabulary size (-vs) and the longest length (-ml).
 """
 from __future__ import annotations
 
 import copy
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from flcore.trainmodel.resnet import InputShape, resnet9, resnet18, resnet20
-from utils.errors import UserError
+from flcore.trainmodel import text
+from flcore.trainmodel.errors import UnknownModelError
+from flcore.trainmodel.googlenet import GoogleNet
+from flcore.trainmodel.mobilenet import MobileNet
+from flcore.trainmodel.resnet import InputShape, resnet9, resnet10, resnet18, resnet20, resnet34
+from flcore.trainmodel.sensor import HARCNN
+from flcore.trainmodel.shapes import flat_size
+from flcore.trainmodel.tabular import AmazonMLP
+from flcore.trainmodel.transformer import transformer
+from flcore.trainmodel.vision import AlexNet, LeNet
 
 
 class BaseHeadSplit(nn.Module):
@@ -79,7 +90,7 @@ class FedAvgCNN(nn.Module):
         self.conv1 = nn.Sequential(nn.Conv2d(channels, 32, 5, padding=pad), nn.MaxPool2d(2), nn.ReLU())
         self.conv2 = nn.Sequential(nn.Conv2d(32, 64, 5, padding=pad), nn.MaxPool2d(2), nn.ReLU())
         self.flatten = nn.Flatten()
-        self.fc1 = nn.Sequential(nn.Linear(_flat_features(self._features, input_shape), hidden), nn.ReLU())
+        self.fc1 = nn.Sequential(nn.Linear(flat_size(self._features, input_shape), hidden), nn.ReLU())
         self.fc = nn.Linear(hidden, num_classes)
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,36 +101,96 @@ class FedAvgCNN(nn.Module):
 
 
 ModelFactory = Callable[[InputShape, int], nn.Module]
+TextModelFactory = Callable[..., nn.Module]  # (input_shape, num_classes, vocab_size, max_len)
 
-MODELS: Dict[str, ModelFactory] = {
+IMAGE_MODELS: Dict[str, ModelFactory] = {
     "MLR": Mclr_Logistic,
     "DNN": DNN,
     "CNN": FedAvgCNN,
     "ResNet9": resnet9,
+    "ResNet10": resnet10,
     "ResNet18": resnet18,
     "ResNet20": resnet20,
+    "ResNet34": resnet34,
+    "LeNet": LeNet,
+    "AlexNet": AlexNet,
+    "GoogleNet": GoogleNet,
+    "MobileNet": MobileNet,
+}
+SENSOR_MODELS: Dict[str, ModelFactory] = {"HARCNN": HARCNN}
+VECTOR_MODELS: Dict[str, ModelFactory] = {"AmazonMLP": AmazonMLP}
+TEXT_MODELS: Dict[str, TextModelFactory] = {
+    "LSTM": text.lstm,
+    "BiLSTM": text.bilstm,
+    "fastText": text.fasttext,
+    "TextCNN": text.text_cnn,
+    "Transformer": transformer,
 }
 
+MODELS: Dict[str, Callable[..., nn.Module]] = {**IMAGE_MODELS, **SENSOR_MODELS, **VECTOR_MODELS, **TEXT_MODELS}
+
+# Per kind: the models, the rank of one input, and how a refusal names that input.
+INPUT_KINDS: Tuple[Tuple[Dict[str, Callable[..., nn.Module]], int, str], ...] = (
+    (IMAGE_MODELS, 3, "image inputs (C, H, W)"),
+    (SENSOR_MODELS, 3, "sensor windows (C, 1, T)"),
+    (VECTOR_MODELS, 1, "feature vectors (D,)"),
+    (TEXT_MODELS, 1, "token ids (max_len,)"),
+)
+
 # Models whose convolutions run faster in channels-last memory format on CPU (about 1.4x in
-# training and 2x in evaluation for FedAvgCNN); the format does not change the maths.
-CONVOLUTIONAL = frozenset({"CNN", "ResNet9", "ResNet18", "ResNet20"})
+# training and 2x in evaluation for FedAvgCNN; 1.1x to 1.7x per training step for the other image
+# models, GoogleNet gaining most); the format does not change the maths. Only 2-D image convolutions are
+# listed: HARCNN convolves (C, 1, T) windows along one axis, and the other models have no 4-D weights.
+CONVOLUTIONAL = frozenset({"CNN", "ResNet9", "ResNet10", "ResNet18", "ResNet20", "ResNet34",
+                           "LeNet", "AlexNet", "GoogleNet", "MobileNet"})
 
 
-class UnknownModelError(UserError, ValueError):
-    pass
+def build_model(name: str, input_shape: Sequence[int], num_classes: int, *,
+                vocab_size: Optional[int] = None, max_len: Optional[int] = None) -> nn.Module:
+    """Instantiate ``-m name`` for inputs of ``input_shape`` and ``num_classes`` outputs.
 
-
-def build_model(name: str, input_shape: Sequence[int], num_classes: int) -> nn.Module:
-    """Instantiate ``-m name`` for inputs of ``input_shape`` (C, H, W) and ``num_classes`` outputs."""
+    ``input_shape`` is one sample's shape, of the kind the model takes (see :data:`INPUT_KINDS`). Text
+    models also need ``vocab_size`` (-vs); ``max_len`` (-ml) defaults to the sequence length and may
+    not be shorter than it. Other models ignore both.
+    """
     if name not in MODELS:
         raise UnknownModelError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     shape = tuple(int(v) for v in input_shape)
-    if len(shape) != 3:
-        raise UnknownModelError(f"model {name} needs image inputs (C, H, W), got shape {shape}")
-    model = MODELS[name](shape, num_classes)
+    rank, form = next((rank, form) for group, rank, form in INPUT_KINDS if name in group)
+    if len(shape) != rank:
+        raise UnknownModelError(f"model {name} needs {form}, got shape {shape}")
+    if name in TEXT_MODELS:
+        model = TEXT_MODELS[name](shape, num_classes, vocab_size=_vocab_size(name, vocab_size),
+                                  max_len=_max_len(name, shape, max_len))
+    else:
+        model = MODELS[name](shape, num_classes)
     if name in CONVOLUTIONAL:
         model = model.to(memory_format=torch.channels_last)
     return model
+
+
+def example_batch(name: str, input_shape: Sequence[int], batch_size: int = 2) -> torch.Tensor:
+    """Zeros a model ``name`` can take: token ids (all padding) for text models, floats otherwise."""
+    dtype = torch.int64 if name in TEXT_MODELS else torch.float32
+    return torch.zeros(batch_size, *input_shape, dtype=dtype)
+
+
+def _vocab_size(name: str, vocab_size: Optional[int]) -> int:
+    if vocab_size is None:
+        raise UnknownModelError(f"model {name} needs the vocabulary size: pass -vs/--vocab_size")
+    if vocab_size < 2:
+        raise UnknownModelError(f"model {name} needs -vs/--vocab_size >= 2 (the padding id 0 and at least one "
+                                f"token), got {vocab_size}")
+    return int(vocab_size)
+
+
+def _max_len(name: str, shape: Tuple[int, ...], max_len: Optional[int]) -> int:
+    if max_len is None:
+        return shape[0]
+    if max_len < shape[0]:
+        raise UnknownModelError(f"model {name}: the dataset's sequences have {shape[0]} tokens, more than "
+                                f"-ml/--max_len {max_len}; raise -ml to at least {shape[0]}")
+    return int(max_len)
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -127,8 +198,3 @@ def _numel(shape: Sequence[int]) -> int:
     for v in shape:
         n *= v
     return n
-
-
-def _flat_features(features: Callable[[torch.Tensor], torch.Tensor], input_shape: InputShape) -> int:
-    with torch.no_grad():
-        return features(torch.zeros(1, *input_shape)).shape[1]

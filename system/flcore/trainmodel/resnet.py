@@ -5,8 +5,10 @@ first block. These networks keep the resolution and end in global pooling, so th
 image size down to Digits' 8x8. Each ends in a classifier named ``fc``.
 
 * ``resnet9``  - the DAWNBench/Myrtle ResNet-9 (64-128-256-512 channels, 6.6M parameters);
+* ``resnet10`` - ResNet-18's stages with one BasicBlock each [1, 1, 1, 1] (4.9M; PFLlib's ResNet10 layout);
 * ``resnet18`` - He et al.'s ResNet-18 with BasicBlocks [2, 2, 2, 2] (11.2M parameters);
-* ``resnet20`` - He et al.'s CIFAR ResNet-20, three stages of three blocks, 16-32-64 (0.27M).
+* ``resnet20`` - He et al.'s CIFAR ResNet-20, three stages of three blocks, 16-32-64 (0.27M);
+* ``resnet34`` - He et al.'s ResNet-34 with BasicBlocks [3, 4, 6, 3] (21.3M).
 """
 from __future__ import annotations
 
@@ -101,9 +103,17 @@ def resnet9(input_shape: InputShape, num_classes: int) -> nn.Module:
     return ResNet9(input_shape[0], num_classes)
 
 
+def resnet10(input_shape: InputShape, num_classes: int) -> nn.Module:
+    return ResNet(input_shape[0], num_classes, widths=(64, 128, 256, 512), blocks=(1, 1, 1, 1))
+
+
 def resnet18(input_shape: InputShape, num_classes: int) -> nn.Module:
     return ResNet(input_shape[0], num_classes, widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2))
 
 
 def resnet20(input_shape: InputShape, num_classes: int) -> nn.Module:
     return ResNet(input_shape[0], num_classes, widths=(16, 32, 64), blocks=(3, 3, 3))
+
+
+def resnet34(input_shape: InputShape, num_classes: int) -> nn.Module:
+    return ResNet(input_shape[0], num_classes, widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3))

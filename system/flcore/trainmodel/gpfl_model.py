@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flcore.clients.label_counts import head_in_features
+from flcore.trainmodel.shapes import head_in_features
 
 
 class GlobalCategoryEmbedding(nn.Module):

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flcore.clients.label_counts import head_in_features
+from flcore.trainmodel.shapes import head_in_features
 
 
 class ConditionalPolicy(nn.Module):

@@ -1,4 +1,4 @@
-"""Per-class sample counts of a client's training labels, and the head's feature width.
+"""Per-class sample counts of a client's training labels.
 
 FedROD shifts its logits by the log of these counts (balanced softmax) and GPFL weights its class
 embeddings by their proportions. They are counted over every training label, once: PFLlib counts
@@ -8,7 +8,6 @@ incomplete batch.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 
 def class_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -21,10 +20,3 @@ def class_proportions(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     counts = class_counts(labels, num_classes)
     total = counts.sum()
     return counts / total if total > 0 else counts
-
-
-def head_in_features(head: nn.Module) -> int:
-    """Width of the feature vector the head classifies (every model's classifier is a Linear)."""
-    if not isinstance(head, nn.Linear):
-        raise TypeError(f"expected a linear classifier head, got {type(head).__name__}")
-    return head.in_features

@@ -1,0 +1,12 @@
+"""Batch reports: many run files (``.h5``) -> the paper's tables and figures (used by ``system/report.py``).
+
+* :mod:`reporting.runs`: find and read run files (:class:`~reporting.runs.Run`); runs with the same
+  (dataset, algorithm, goal) are seeds of one experiment.
+* :mod:`reporting.grouping`: runs grouped into experiments (:class:`~reporting.grouping.Group`), each
+  with its dataset's partition, in the paper's order; the settings runs share or differ in.
+* :mod:`reporting.tables`: Table 1 (rows = algorithms, columns = dataset x partition; a cell is one
+  group) as Markdown and CSV, with its notes and a per-group summary.
+* :mod:`reporting.plots`: accuracy curves, conflict heatmaps and personal-layer frequencies.
+
+Reading and writing one run's file is :mod:`utils.result_utils`; the training loop never imports this package.
+"""

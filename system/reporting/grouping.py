@@ -1,0 +1,188 @@
+"""Runs grouped into experiments: a :class:`Group` is the seeds of one (dataset, algorithm, goal), with
+its dataset's :class:`Partition`, in the paper's order; and the settings runs share or differ in.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dataset.utils.naming import PARTITION_SUFFIX, partition_from_config, partition_from_name
+from flcore.registry import lag_base
+from reporting.runs import Run
+from utils.paths import DATASET_DIR, recorded_location
+from utils.run_identity import NON_IDENTIFYING_FLAGS
+
+
+@dataclass(frozen=True)
+class Partition:
+    """How a dataset folder was split: ``base`` (e.g. MNIST), ``key`` (e.g. dir0.1) and a display label."""
+    base: str
+    key: str
+    label: str
+
+    @property
+    def sort_key(self) -> tuple:
+        kind = re.match(r"[a-z]*", self.key).group(0)
+        number = self.key[len(kind):]
+        order = {"dir": 0, "exdir": 1, "pat": 2, "iid": 3}.get(kind, 4)
+        try:
+            value = float(number)
+        except ValueError:
+            value = 0.0
+        return order, value, self.key
+
+
+def dataset_partition(dataset: str, data_dir: Optional[object] = None) -> Partition:
+    """The partition of dataset folder ``dataset``: read from ``<data_dir>/<dataset>/config.json``
+    (``data_dir`` as the run recorded it; default ``dataset/``), else from the name ``<Base>-<partition>``."""
+    key, label = partition_from_name(dataset)
+    base = PARTITION_SUFFIX.match(dataset).group("base") if key else dataset
+    config_file = Path(data_dir or DATASET_DIR) / dataset / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict):
+        key, label = partition_from_config(config)
+        source = config.get("source")
+        if source and dataset.startswith(str(source)):
+            base = str(source)
+    return Partition(base=base, key=key, label=label)
+
+
+@dataclass
+class Group:
+    """The runs (seeds) of one (dataset, algorithm, goal), and their summary."""
+    dataset: str
+    algorithm: str
+    goal: str
+    partition: Partition
+    runs: List[Run] = field(default_factory=list)
+
+    @property
+    def best(self) -> np.ndarray:
+        """Each run's best accuracy (PFLlib's headline number: max over evaluations)."""
+        return np.array([float(np.max(r.accuracy)) for r in self.runs])
+
+    @property
+    def final(self) -> np.ndarray:
+        """Each run's last evaluated accuracy."""
+        return np.array([float(r.accuracy[-1]) for r in self.runs])
+
+    def stats(self) -> Dict[str, float]:
+        """Mean and population std (``np.std``, as PFLlib) over runs of the best and final accuracy."""
+        best, final = self.best, self.final
+        return {"best_mean": float(np.mean(best)), "best_std": float(np.std(best)),
+                "final_mean": float(np.mean(final)), "final_std": float(np.std(final))}
+
+    @property
+    def model(self) -> str:
+        models = sorted({str(r.config.get("model", "?")) for r in self.runs})
+        return "/".join(models)
+
+    def curve(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rounds, mean, std, count) of the accuracy over the runs, aligned by evaluation round.
+
+        Runs of different lengths (auto-break) contribute to the rounds they reached.
+        """
+        rounds = np.array(sorted({int(x) for r in self.runs for x in r.eval_rounds}), dtype=int)
+        table = np.full((len(self.runs), len(rounds)), np.nan)
+        column = {x: i for i, x in enumerate(rounds)}
+        for row, run in enumerate(self.runs):
+            for x, acc in zip(run.eval_rounds, run.accuracy):
+                table[row, column[int(x)]] = acc
+        count = np.sum(~np.isnan(table), axis=0)
+        with np.errstate(invalid="ignore"):
+            mean = np.nanmean(table, axis=0) if len(self.runs) else table[0]
+            std = np.nanstd(table, axis=0)
+        return rounds, mean, std, count
+
+
+def group_runs(runs: Sequence[Run], data_dir: Optional[object] = None) -> List[Group]:
+    """Runs grouped by (dataset, algorithm, goal), each group's runs in run-index order.
+
+    ``data_dir`` overrides where dataset configs are looked up (default: each run's recorded ``data_dir``).
+    """
+    groups: Dict[Tuple[str, str, str], Group] = {}
+    for run in runs:
+        key = (run.dataset, run.algorithm, run.goal)
+        if key not in groups:
+            recorded = run.config.get("data_dir")
+            where = data_dir if data_dir is not None else (recorded_location(recorded) if recorded else None)
+            groups[key] = Group(run.dataset, run.algorithm, run.goal, dataset_partition(run.dataset, where))
+        groups[key].runs.append(run)
+    for group in groups.values():
+        group.runs.sort(key=lambda r: r.run)
+    return sorted(groups.values(), key=lambda g: (g.partition.sort_key, dataset_sort_key(g.partition.base),
+                                                  g.dataset, algorithm_sort_key(g.algorithm), g.goal))
+
+
+# The paper's column order; other datasets follow alphabetically.
+PAPER_DATASET_ORDER = ("MNIST", "Cifar10", "Cifar100", "EMNIST")
+
+
+def dataset_sort_key(base: str) -> tuple:
+    return (PAPER_DATASET_ORDER.index(base), "") if base in PAPER_DATASET_ORDER else (len(PAPER_DATASET_ORDER), base)
+
+
+def algorithm_sort_key(name: str) -> tuple:
+    """FedLAG first, then FedAvg, then the rest alphabetically; ``X+LAG`` right after ``X``."""
+    base = lag_base(name)
+    rank = {"FedLAG": 0, "FedAvg": 1}.get(base, 2)
+    return rank, base.lower(), base != name
+
+
+# Recorded in a run's config without being a setting of the experiment (or named by the table already).
+NOT_SETTINGS = NON_IDENTIFYING_FLAGS | {"dataset", "algorithm", "goal", "torch_version", "intra_op_threads"}
+
+
+def _value_key(value: object) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def common_settings(runs: Sequence[Run]) -> Dict[str, object]:
+    """The flags that every run in ``runs`` recorded with the same value (execution flags left out)."""
+    common: Optional[Dict[str, object]] = None
+    for run in runs:
+        mine = {k: v for k, v in run.config.items() if k not in NOT_SETTINGS}
+        if common is None:
+            common = mine
+        else:
+            common = {k: v for k, v in common.items() if k in mine and _value_key(mine[k]) == _value_key(v)}
+    return common or {}
+
+
+def differing_flags(settings: Sequence[Mapping[str, object]]) -> List[str]:
+    """Flags that every mapping holds, with at least two different values among them (sorted)."""
+    if len(settings) < 2:
+        return []
+    shared = set(settings[0]).intersection(*settings[1:])
+    return sorted(k for k in shared if len({_value_key(s[k]) for s in settings}) > 1)
+
+
+def flag_names() -> Dict[str, str]:
+    """Config key -> the shortest command-line spelling (``local_learning_rate`` -> ``-lr``)."""
+    from utils.options import build_parser
+    names = {}
+    for action in build_parser()._actions:
+        if action.option_strings:
+            names[action.dest] = min(action.option_strings, key=len)
+    return names
+
+
+def settings_text(settings: Mapping[str, object], keys: Sequence[str]) -> str:
+    """``-lr 0.05, -gr 10``: the flags ``keys`` with their values in ``settings``."""
+    names = flag_names()
+    return ", ".join(f"{names.get(k, '--' + k)} {settings[k]}" for k in keys)
+
+
+def varying_within(runs: Sequence[Run]) -> List[str]:
+    """Flags whose value differs between runs that the table averages as seeds of one experiment."""
+    configs = [{k: v for k, v in r.config.items() if k not in NOT_SETTINGS} for r in runs]
+    keys = set().union(*configs) if configs else set()
+    return sorted(k for k in keys if len({_value_key(c.get(k)) for c in configs}) > 1)

@@ -1,0 +1,105 @@
+"""Runs on disk for the reports: find ``.h5`` files, read each into a :class:`Run`, keep the usable ones.
+
+A run is one ``.h5``; runs with the same (dataset, algorithm, goal) are seeds of one experiment.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from utils.result_utils import read_results
+
+RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
+
+
+@dataclass
+class Run:
+    """One run's file, with what the reports need from it (accuracies are fractions in [0, 1])."""
+    path: Path
+    dataset: str
+    algorithm: str
+    goal: str
+    run: int
+    complete: bool
+    config: Dict[str, object]
+    arrays: Dict[str, np.ndarray]
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        return np.asarray(self.arrays.get("rs_test_acc", np.zeros(0)), dtype=float)
+
+    @property
+    def eval_rounds(self) -> np.ndarray:
+        """Round of each accuracy entry (``rs_eval_round``; for PFLlib's files, 0, eg, 2 eg, ...)."""
+        rounds = self.arrays.get("rs_eval_round")
+        if rounds is not None and len(rounds) == len(self.accuracy):
+            return np.asarray(rounds, dtype=int)
+        gap = int(self.config.get("eval_gap", 1) or 1)
+        return np.arange(len(self.accuracy)) * gap
+
+    @property
+    def has_conflicts(self) -> bool:
+        scores = self.arrays.get("lag_conflict_scores")
+        return scores is not None and scores.ndim == 2 and scores.shape[0] > 0 and scores.shape[1] > 0
+
+
+def load_run(path: Path) -> Run:
+    """Read one run; names come from the file's attributes, or from its name for PFLlib's files.
+
+    A file without the ``complete`` attribute (PFLlib writes results only at the end) counts as complete.
+    """
+    arrays, attrs = read_results(path)
+    config = attrs.get("config") if isinstance(attrs.get("config"), dict) else {}
+    parsed = RUN_NAME.match(Path(path).stem)
+    guess = parsed.groupdict() if parsed else {"dataset": Path(path).stem, "algorithm": "?", "goal": "?", "run": 0}
+    return Run(path=Path(path),
+               dataset=str(attrs.get("dataset", config.get("dataset", guess["dataset"]))),
+               algorithm=str(attrs.get("algorithm", config.get("algorithm", guess["algorithm"]))),
+               goal=str(config.get("goal", guess["goal"])),
+               run=int(attrs.get("run", guess["run"])),
+               complete=bool(attrs.get("complete", True)),
+               config=config, arrays=arrays)
+
+
+def find_runs(places: Sequence[Path], recursive: bool = False) -> List[Path]:
+    """The ``.h5`` files in folders ``places`` (sub-folders too with ``recursive``); files are taken as given."""
+    pattern = "**/*.h5" if recursive else "*.h5"
+    found = set()
+    for place in map(Path, places):
+        if place.is_file():
+            found.add(place)
+        else:
+            found.update(p for p in place.glob(pattern) if not p.name.startswith("."))
+    return sorted(found)
+
+
+def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
+              include_incomplete: bool = False) -> Tuple[List[Run], List[Tuple[Path, str]]]:
+    """(runs kept, [(path, why left out)]): unreadable files, incomplete runs, runs with no accuracy, and
+    a second file for the same (dataset, algorithm, goal, run) (e.g. from two folders). Other goals are
+    skipped silently."""
+    kept, left_out = [], []
+    seen: Dict[Tuple[str, str, str, int], Path] = {}
+    for path in paths:
+        try:
+            run = load_run(path)
+        except (OSError, ValueError, KeyError) as err:
+            left_out.append((Path(path), f"unreadable: {err}"))
+            continue
+        if goals and run.goal not in goals:
+            continue
+        if not run.complete and not include_incomplete:
+            left_out.append((Path(path), f"incomplete (stopped after {len(run.accuracy)} evaluations)"))
+        elif len(run.accuracy) == 0:
+            left_out.append((Path(path), "no accuracy recorded"))
+        elif (run.dataset, run.algorithm, run.goal, run.run) in seen:
+            first = seen[(run.dataset, run.algorithm, run.goal, run.run)]
+            left_out.append((Path(path), f"same dataset, algorithm, goal and run index as {first}"))
+        else:
+            seen[(run.dataset, run.algorithm, run.goal, run.run)] = Path(path)
+            kept.append(run)
+    return kept, left_out

@@ -1,0 +1,194 @@
+"""The paper's Table 1 from groups of runs: layout, Markdown and CSV tables, their notes, and summaries."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from reporting.grouping import (Group, Partition, algorithm_sort_key, common_settings, dataset_sort_key,
+                                differing_flags, flag_names, settings_text, varying_within)
+from reporting.runs import Run
+
+
+@dataclass(frozen=True)
+class Column:
+    dataset: str
+    partition: Partition
+    label: str
+
+
+@dataclass(frozen=True)
+class Row:
+    algorithm: str
+    goal: str
+    label: str
+
+
+def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict[Tuple[Row, Column], Group]]:
+    """The paper's Table 1 layout: rows = algorithms (with the goal when there are several goals),
+    columns = dataset x partition, ordered by partition then dataset (all Dir(0.1) columns first)."""
+    goals = sorted({g.goal for g in groups})
+    columns: Dict[str, Column] = {}
+    labels: Dict[str, List[str]] = {}
+    texts = {g.dataset: f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+             for g in groups}
+    for dataset, text in texts.items():
+        labels.setdefault(text, []).append(dataset)
+    # Settings each column's runs share; columns of one base dataset that differ in some flag say which.
+    column_settings = {d: common_settings([r for g in groups if g.dataset == d for r in g.runs]) for d in texts}
+    by_base: Dict[str, List[str]] = {}
+    for g in groups:
+        if g.dataset not in by_base.setdefault(g.partition.base, []):
+            by_base[g.partition.base].append(g.dataset)
+    column_flags = {g.dataset: differing_flags([column_settings[d] for d in by_base[g.partition.base]])
+                    for g in groups}
+    for g in groups:
+        if g.dataset in columns:
+            continue
+        text = texts[g.dataset]
+        flags = column_flags[g.dataset]
+        if flags:
+            text = f"{text} ({settings_text(column_settings[g.dataset], flags)})"
+        if len(labels[texts[g.dataset]]) > 1 and not flags:  # same base and split, nothing else differs
+            text = f"{text} [{g.dataset}]"
+        columns[g.dataset] = Column(g.dataset, g.partition, text)
+    ordered_columns = sorted(columns.values(), key=lambda c: (c.partition.sort_key, dataset_sort_key(c.partition.base),
+                                                               c.dataset))
+    # One row per algorithm when no cell would get two goals (e.g. goal "paper-DNN" on MNIST and
+    # "paper-CNN" on CIFAR-10); otherwise one row per (algorithm, goal).
+    cell_goals: Dict[Tuple[str, str], set] = {}
+    for g in groups:
+        cell_goals.setdefault((g.algorithm, g.dataset), set()).add(g.goal)
+    merge = all(len(v) == 1 for v in cell_goals.values())
+    # Rows of one algorithm split by goal name the flags that differ between them.
+    row_settings = {key: common_settings([r for g in groups if (g.algorithm, "" if merge else g.goal) == key
+                                          for r in g.runs])
+                    for key in {(g.algorithm, "" if merge else g.goal) for g in groups}}
+    rows: Dict[Tuple[str, str], Row] = {}
+    for g in groups:
+        key = (g.algorithm, "" if merge else g.goal)
+        label = g.algorithm if merge or len(goals) == 1 else f"{g.algorithm} ({g.goal})"
+        siblings = [s for k, s in row_settings.items() if k[0] == g.algorithm]
+        flags = differing_flags(siblings)
+        if flags:
+            detail = settings_text(row_settings[key], flags)
+            label = f"{label[:-1]}; {detail})" if label.endswith(")") else f"{label} ({detail})"
+        rows.setdefault(key, Row(g.algorithm, key[1], label))
+    ordered_rows = sorted(rows.values(), key=lambda r: (r.goal, algorithm_sort_key(r.algorithm)))
+    cells = {(rows[(g.algorithm, "" if merge else g.goal)], columns[g.dataset]): g for g in groups}
+    return ordered_rows, ordered_columns, cells
+
+
+def format_cell(mean: float, std: float, runs: int = 2) -> str:
+    """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``; a single
+    run has no spread, so its value stands alone (the seeds note gives the counts)."""
+    if runs == 1:
+        return f"{100 * mean:.2f}"
+    return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: bool = True) -> str:
+    """One Markdown table (Table 1 layout) of ``metric`` ("best" or "final") accuracy, mean ± std in %.
+
+    The highest mean of each column is in bold; a cell with no runs is "-".
+    """
+    rows, columns, cells = table_layout(groups)
+    header = "| method | " + " | ".join(c.label for c in columns) + " |"
+    lines = [header, "|---|" + "---|" * len(columns)]
+    top = {}
+    for c in columns:
+        means = [cells[(r, c)].stats()[f"{metric}_mean"] for r in rows if (r, c) in cells]
+        top[c] = max(means) if means else None
+    for r in rows:
+        out = []
+        for c in columns:
+            g = cells.get((r, c))
+            if g is None:
+                out.append("-")
+                continue
+            s = g.stats()
+            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"], len(g.runs))
+            out.append(f"**{text}**" if bold_best and len(rows) > 1 and s[f"{metric}_mean"] == top[c] else text)
+        lines.append(f"| {r.label} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def seeds_note(groups: Sequence[Group]) -> str:
+    """How many seeds each cell averages; a cell of one run shows its value alone (no ± spread)."""
+    counts = sorted({len(g.runs) for g in groups})
+    if counts == [1]:
+        return "One seed per cell: each value is a single run (no ± spread)."
+    if len(counts) == 1:
+        return f"{counts[0]} seeds per cell (mean ± population std)."
+    detail = ", ".join(f"{g.algorithm} on {g.dataset}: {len(g.runs)}" for g in groups if len(g.runs) != counts[-1])
+    return (f"Seeds per cell vary: most have {counts[-1]} (mean ± population std); {detail}"
+            " (a value without ± is a single run).")
+
+
+def settings_note(groups: Sequence[Group]) -> str:
+    """Flags that differ between the runs a cell averages (they were run as seeds of one experiment)."""
+    parts = []
+    for g in groups:
+        flags = varying_within(g.runs)
+        if flags:
+            names = flag_names()
+            values = "; ".join(f"{names.get(k, '--' + k)} " + ", ".join(dict.fromkeys(str(r.config.get(k))
+                                                                         for r in g.runs)) for k in flags)
+            parts.append(f"{g.algorithm} on {g.dataset} ({g.goal}): {values}")
+    return ("Averaged runs that differ in settings: " + " | ".join(parts) + ".") if parts else ""
+
+
+def models_note(groups: Sequence[Group]) -> str:
+    """Which model each column used, when the table mixes models; else the one model."""
+    _, columns, cells = table_layout(groups)
+    per_column = {c.label: sorted({g.model for (r, col), g in cells.items() if col == c}) for c in columns}
+    models = sorted({m for v in per_column.values() for m in v})
+    if len(models) <= 1:
+        return f"Model: {models[0] if models else '?'}."
+    return "Models: " + "; ".join(f"{label}: {'/'.join(m)}" for label, m in per_column.items()) + "."
+
+
+def csv_table(groups: Sequence[Group]) -> List[List[str]]:
+    """Table 1 layout for a spreadsheet: one row per algorithm; per column a best and a final cell."""
+    rows, columns, cells = table_layout(groups)
+    header = ["method"] + [f"{c.label} {m}" for c in columns for m in ("best", "final")]
+    out = [header]
+    for r in rows:
+        line = [r.label]
+        for c in columns:
+            g = cells.get((r, c))
+            if g is None:
+                line += ["", ""]
+            else:
+                s = g.stats()
+                line += [format_cell(s["best_mean"], s["best_std"], len(g.runs)),
+                         format_cell(s["final_mean"], s["final_std"], len(g.runs))]
+        out.append(line)
+    return out
+
+
+SUMMARY_FIELDS = ("algorithm", "goal", "model", "dataset", "base_dataset", "partition", "runs", "run_ids",
+                  "rounds", "best_mean", "best_std", "final_mean", "final_std")
+
+
+def summary_rows(groups: Sequence[Group]) -> List[Dict[str, object]]:
+    """One record per group with the numbers (fractions in [0, 1], not rounded), for a tidy CSV."""
+    records = []
+    for g in groups:
+        s = g.stats()
+        records.append({"algorithm": g.algorithm, "goal": g.goal, "model": g.model, "dataset": g.dataset,
+                        "base_dataset": g.partition.base, "partition": g.partition.key, "runs": len(g.runs),
+                        "run_ids": " ".join(str(r.run) for r in g.runs),
+                        "rounds": max(int(r.eval_rounds[-1]) for r in g.runs), **s})
+    return records
+
+
+def personal_frequency(runs: Sequence[Run]) -> Tuple[List[str], np.ndarray, np.ndarray]:
+    """(layer names, mean, std over runs) of the fraction of rounds each layer was kept personal."""
+    names = [str(n) for n in runs[0].arrays["lag_layer_names"]]
+    freq = np.array([np.asarray(r.arrays["lag_personal"], dtype=float).mean(axis=0) for r in runs
+                     if len(r.arrays.get("lag_personal", [])) and len(r.arrays["lag_layer_names"]) == len(names)])
+    if freq.size == 0:
+        return names, np.zeros(len(names)), np.zeros(len(names))
+    return names, freq.mean(axis=0), freq.std(axis=0)
