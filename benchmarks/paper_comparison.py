@@ -12,11 +12,12 @@ also as ``X+LAG`` (FedAvg+LAG is left out: FedLAG is exactly that); on MNIST (``
 authors' scripts; the paper's table says 0.5), ``--clients`` clients of which ``--join-ratio`` train
 each round, local training as in the authors' scripts (SGD, lr 0.005, batch 16, 1 epoch).
 
-How: one grid file per dataset (``<out>/grids/``), each run through ``run_all.sh`` (datasets built
-offline into dataset/<Base>-dir<alpha>/, runs already complete are skipped, so the command resumes),
-then ``system/report.py`` over all of them. ``<out>`` (default results/benchmarks/paper_comparison/)
-receives the table and figures, ``runs/`` with the ``.h5`` files and ``runs/logs/``, and COMMAND.md
-with the exact command, the commit, the sizes and the wall time.
+How: one grid file per dataset (``<out>/grids/``), each run as ``run_all.sh -g <grid>`` runs it, by the
+same :mod:`batch` package, in this process (datasets built offline into dataset/<Base>-dir<alpha>/,
+runs already complete are skipped, so the command resumes), then ``system/report.py`` over exactly
+the runs those batches planned. ``<out>`` (default results/benchmarks/paper_comparison/) receives the
+table and figures, ``runs/`` with the ``.h5`` files and ``runs/logs/``, and COMMAND.md with the exact
+command, the commit, the sizes and the wall time.
 
 Methods that refuse main.py's defaults get the authors' values (REQUIRED_ARGS: PerAvg -bt 0.001,
 pFedMe -bt 1, FedPHP -lam 0.1, FedCAC -bt <rounds>); every other hyper-parameter is main.py's
@@ -45,6 +46,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
+from batch.cli import settings_from_flags  # noqa: E402
+from batch.plan import plan_runs  # noqa: E402
+from batch.session import run_batch  # noqa: E402
+from batch.usage import PROGRAM, UsageError  # noqa: E402
 from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base, lag_composable  # noqa: E402
 
 DATASETS = {  # name -> (source file, model)
@@ -107,15 +112,6 @@ def alpha_token(alpha: str) -> str:
 
 def model_of(args, dataset: str) -> str:
     return args.mnist_model if dataset == "MNIST" else args.cifar_model
-
-
-def seed_list(text: str) -> list[int]:
-    """'0-2' -> [0, 1, 2]; '0 3' -> [0, 3] (run_all.sh's seed syntax)."""
-    seeds = []
-    for token in text.replace(",", " ").split():
-        low, _, high = token.partition("-")
-        seeds += list(range(int(low), int(high or low) + 1))
-    return seeds
 
 
 def seconds(text: float) -> str:
@@ -217,30 +213,33 @@ def main(argv=None) -> int:
     start = time.time()
     failed = False
     summaries = []
+    files = []  # exactly this command's runs: runs/ may hold files of earlier commands (other algorithms or sizes)
     for dataset in datasets:
         grid = out / "grids" / f"{dataset}.grid"
         write_grid(grid, args, dataset, algorithms)
-        cmd = ["bash", str(REPO / "run_all.sh"), "-g", str(grid), "-j", str(args.jobs),
-               "--data_dir", str(args.data_dir.resolve()), "--results_dir", str(runs)]
+        flags = ["-g", str(grid), "-j", str(args.jobs), "--data_dir", str(args.data_dir.resolve()),
+                 "--results_dir", str(runs)]
         if args.timeout:
-            cmd += ["--timeout", str(args.timeout)]
+            flags += ["--timeout", str(args.timeout)]
         if args.dry_run:
-            cmd.append("--dry-run")
-        print(f"\n$ {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
-        env = dict(os.environ, PYTHON=sys.executable)
-        with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env) as proc:
-            for line in proc.stdout:  # streamed: a batch takes hours
-                print(line, end="", flush=True)
-                if " runs: " in line or line.startswith(("  FAILED", "         log:")):
-                    summaries.append(f"{dataset}: {line.strip()}")
-        failed |= proc.returncode != 0
+            flags.append("--dry-run")
+        # The command that runs the same batch by hand; here the batch package runs it in this process.
+        print(f"\n$ {shlex.join(['bash', str(REPO / 'run_all.sh'), *flags])}", flush=True)
+        try:
+            settings = settings_from_flags(flags)
+            plan = plan_runs(settings)
+            outcome = run_batch(settings, plan)
+        except UsageError as err:
+            print(f"{PROGRAM}: {err}", file=sys.stderr)
+            failed = True
+            continue
+        files += [Path(run.result_file) for run in plan.runs]
+        summaries += [f"{dataset}: {line}" for line in outcome.summary_lines]
+        failed |= outcome.exit_code != 0
+        if outcome.interrupted:  # Ctrl-C stops the whole comparison, not only this dataset's batch
+            return outcome.exit_code
     if args.dry_run:
         return 0
-    # Exactly this command's runs: runs/ may hold files of earlier commands (other algorithms or sizes).
-    files = [runs / f"{d}-dir{alpha_token(a)}_{algo}_{GOAL}-{model_of(args, d)}_{seed}.h5"
-             for d in datasets for a in args.alphas.replace(",", " ").split() for algo in algorithms
-             for seed in seed_list(args.seeds)]
     for old in [*out.glob("curves*.png"), *out.glob("heatmap_*.png"), *out.glob("personal_*.png")]:
         old.unlink()  # figures of an earlier command that this one may not redraw
     report = [sys.executable, str(REPO / "system" / "report.py"), *[str(f) for f in files if f.is_file()],

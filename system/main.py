@@ -4,7 +4,8 @@
     cd system && python main.py -algo FedLAG -data Cifar10 -m ResNet9
 
 Runs ``-pv .. -t-1`` (run ``i`` seeded with ``--seed + i``), writes one ``.h5`` per run under
-``results/`` and prints the mean and std of the best accuracy over the runs.
+``results/`` and prints each run's best, final and last-k mean accuracy (``--report_last_k``), then
+their mean and std over the runs.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 # An entry script: the project's packages are system/ (flcore, utils) and the root (dataset), unless
 # installed with ``pip install -e .``. Library modules never touch sys.path.
@@ -23,10 +27,10 @@ from flcore.lag.mixin import LagError  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from flcore.runner import build_server, prepare  # noqa: E402
 from flcore.servers.serverbase import ConfigError  # noqa: E402
+from utils.accuracy_summary import AccuracySummary  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.options import parse_args, setup_problems  # noqa: E402
 from utils.paths import display_path  # noqa: E402
-from utils.result_utils import average_data  # noqa: E402
 
 # Printed as one line, exit status 2. LagError stands beside UserError because flcore/lag/ imports
 # only torch (it drops into a PFLlib checkout unchanged).
@@ -44,18 +48,35 @@ def run(args) -> None:
         print(f"note: {note}")
     print(f"{args.algorithm} | data {args.dataset} | model {args.model} | {args.num_clients} clients "
           f"x {args.join_ratio} | {args.global_rounds} rounds | device {args.device} | seed {args.seed}")
+    summaries = []
     for i in range(args.prev, args.times):
         print(f"\n=== run {i} (seed {args.seed + i}) ===")
         start = time.perf_counter()
         server = build_server(args, i)
         server.train()
-        best = max(server.rs_test_acc) if server.rs_test_acc else float("nan")
-        print(f"best accuracy {best:.4f} | {time.perf_counter() - start:.1f} s | "
-              f"results in {display_path(server.results_file())}")
-    if args.times - args.prev > 1:
-        folder = server.results_file().parent
-        mean, std = average_data(folder, args.dataset, args.algorithm, args.goal, list(range(args.prev, args.times)))
-        print(f"\nbest accuracy over {args.times - args.prev} runs: {mean:.4f} +- {std:.4f}")
+        s = server.accuracy_summary()
+        summaries.append(s)
+        print(f"best accuracy {s.best:.4f} | final {s.final:.4f} | {last_k_label(s)} {s.last_k_mean:.4f} | "
+              f"{time.perf_counter() - start:.1f} s | results in {display_path(server.results_file())}")
+    if len(summaries) > 1:
+        print(f"\n{over_runs_line(summaries)}")
+
+
+def last_k_label(summary: AccuracySummary) -> str:
+    """``last-10 mean``; the count actually averaged, which is smaller when the run had fewer evaluations."""
+    return f"last-{summary.last_k_count} mean"
+
+
+def over_runs_line(summaries: Sequence[AccuracySummary]) -> str:
+    """Mean +- population std over runs of the best, final and last-k mean accuracy (PFLlib's
+    ``average_data`` prints the first)."""
+    def spread(values) -> str:
+        return f"{np.mean(values):.4f} +- {np.std(values):.4f}"
+
+    counts = sorted({s.last_k_count for s in summaries})
+    label = f"last-{counts[0]} mean" if len(counts) == 1 else f"last-{summaries[0].last_k} mean"
+    return (f"best accuracy over {len(summaries)} runs: {spread([s.best for s in summaries])} | "
+            f"final {spread([s.final for s in summaries])} | {label} {spread([s.last_k_mean for s in summaries])}")
 
 
 def comparison_hint(algorithm: str, argv: list) -> str:

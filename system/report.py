@@ -7,9 +7,13 @@ Runs with the same (dataset, algorithm, goal) are the seeds of one experiment. W
 folder (default ``<first folder>/report``):
 
 * ``table.md`` / ``table.csv``: the paper's Table 1 layout, rows = algorithms, columns = dataset x
-  partition; best (max over rounds) and final (last evaluation) test accuracy in %, mean ± population
-  std over seeds; the best mean of each column in bold. ``summary.csv``: the same numbers, unrounded
-  (fractions), one line per (algorithm, dataset, goal), with run ids and model.
+  partition, one table per statistic: best (max over evaluations), final (last evaluation), the mean of
+  the last k evaluations (``--last-k``), and at the final evaluation the mean accuracy of the worst 10%
+  of clients and the std over clients; test accuracy in %, mean ± population std over seeds; the best
+  mean of each column in bold. ``summary.csv``: the same numbers, unrounded (fractions), one line per
+  (algorithm, dataset, goal), with run ids and model. Every statistic is recomputed from each run's
+  arrays (``rs_test_acc``, ``rs_client_acc``), so runs written before the ``summary`` attribute existed
+  are reported alike.
 * ``curves_<dataset>.png``: accuracy against round, one line per algorithm, ± std over seeds shaded
   (and ``curves.png``, every dataset side by side, when there are several).
 * ``heatmap_<run>.png``: per-layer conflict score over rounds (layers x rounds, the paper's Fig. 2b),
@@ -41,8 +45,10 @@ import numpy as np  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from reporting.grouping import Group, group_runs  # noqa: E402
 from reporting.runs import find_runs, load_runs  # noqa: E402
+from reporting.statistics import STATISTICS, recorded_last_k  # noqa: E402
 from reporting.tables import (SUMMARY_FIELDS, csv_table, markdown_table, models_note,  # noqa: E402
-                              personal_frequency, seeds_note, settings_note, summary_rows, table_layout)
+                              not_available_note, personal_frequency, seeds_note, settings_note, summary_rows,
+                              table_layout)
 from utils.paths import display_path  # noqa: E402
 
 
@@ -64,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where dataset folders (config.json) live (default: what each run recorded)")
     p.add_argument("--recursive", action="store_true", help="also read .h5 files in sub-folders")
     p.add_argument("--include-incomplete", action="store_true", help="count runs that stopped early")
+    p.add_argument("--last-k", type=int, default=None, metavar="K",
+                   help="the last-k table averages each run's last K evaluations (evaluations, not rounds: "
+                        "one every -eg rounds) (default: the --report_last_k the runs recorded when they "
+                        "agree, else 10)")
     p.add_argument("--heatmap-scale", choices=("count", "fraction"), default="count",
                    help="conflict colour: pairs in conflict, or that divided by C(uploads, 2)")
     p.add_argument("--all-heatmaps", action="store_true", help="a heatmap for every run, not every experiment")
@@ -147,19 +157,25 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
     return written
 
 
-def tables_markdown(groups: List[Group]) -> str:
-    """Best and final accuracy tables, with how many seeds and which models they hold, and any settings
-    that differ between runs averaged together (those between columns or rows are in their labels)."""
-    notes = " ".join(n for n in (seeds_note(groups), models_note(groups), settings_note(groups)) if n)
-    return (f"## Best accuracy (%)\n\n{markdown_table(groups, 'best')}\n\n"
-            f"## Final accuracy (%)\n\n{markdown_table(groups, 'final')}\n\n"
-            f"{notes}\n")
+def tables_markdown(groups: List[Group], last_k: Optional[int] = None) -> str:
+    """One table per statistic (best, final, last-k mean, worst 10% of clients and std over clients at the
+    final evaluation), each headed by what it shows, with how many seeds and which models they hold, and
+    any settings that differ between runs averaged together (those between columns or rows are in their
+    labels). ``last_k``: default :func:`~reporting.statistics.recorded_last_k` of the runs."""
+    last_k = recorded_last_k([r for g in groups for r in g.runs], last_k)
+    tables = [f"## {s.heading(last_k)}\n\n{markdown_table(groups, s.name, last_k=last_k)}\n\n" for s in STATISTICS]
+    notes = " ".join(n for n in (seeds_note(groups), models_note(groups), settings_note(groups),
+                                 not_available_note(groups, last_k)) if n)
+    return "".join(tables) + f"{notes}\n"
 
 
 def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[Path]], out: Path) -> str:
     lines = [f"# {title}", "",
              "Test accuracy (%), mean ± std over seeds (population std; a value alone is a single run); "
-             "best = max over rounds, final = last evaluation. Bold: the highest mean of each column.", "", tables]
+             "best = max over evaluations, final = last evaluation, last-k = mean of each run's last k evaluations "
+             "(an evaluation every -eg rounds), worst 10% = mean accuracy of the ceil(n/10) lowest of the n "
+             "clients at the final evaluation, client std = std over clients there. Bold: the best mean of each "
+             "column (the lowest client std).", "", tables]
     if left_out:
         lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
     sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
@@ -172,7 +188,10 @@ def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[P
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.last_k is not None and args.last_k < 1:
+        parser.error(f"--last-k must be >= 1 (evaluations to average), got {args.last_k}")
     from utils.paths import RESULTS_DIR
     folders = args.folders or [RESULTS_DIR]
     missing = [f for f in folders if not f.is_dir() and not f.is_file()]
@@ -191,12 +210,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  left out {path.name}: {why}", file=sys.stderr)
         return 1
     groups = group_runs(runs, args.data_dir)
+    last_k = recorded_last_k(runs, args.last_k)
     out.mkdir(parents=True, exist_ok=True)
 
-    tables = tables_markdown(groups)
+    tables = tables_markdown(groups, last_k)
     (out / "table.md").write_text(tables, encoding="utf-8")
-    write_csv(out / "table.csv", csv_table(groups))
-    records = summary_rows(groups)
+    write_csv(out / "table.csv", csv_table(groups, last_k))
+    records = summary_rows(groups, last_k)
     write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
     written = {} if args.no_plots else make_plots(groups, out, args)
     (out / "report.md").write_text(report_markdown(args.title, tables, left_out, written, out), encoding="utf-8")

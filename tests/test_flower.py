@@ -37,6 +37,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from conftest import REPO, play_round, server_for  # noqa: E402
+from utils.accuracy_summary import summary_from_arrays  # noqa: E402
 from utils.result_utils import read_results  # noqa: E402
 
 APP = REPO / "flower"
@@ -288,6 +289,8 @@ def check_run(results: Path, dumps: Path, reference: dict) -> None:
     assert (personal.sum(axis=1) <= TOP_K).all()  # layers without a conflict are never chosen
     assert arrays["rs_eval_round"].tolist() == [ROUNDS] and 0 <= arrays["rs_test_acc"][0] <= 1
     assert attrs["engine"] == "flower" and attrs["algorithm"] == "FedLAG"
+    assert attrs["summary"] == summary_from_arrays(arrays, 10).as_attrs()   # as main.py's runs (default k)
+    assert attrs["summary"]["clients"] == NODES                               # both nodes evaluated
 
     final = dict(np.load(results / f"{RESULT}.global.npz"))
     kept = [name for name, chosen in zip(names, personal[-1]) if chosen]

@@ -40,6 +40,7 @@ def test_pfllib_short_and_long_names_and_defaults():
     (["-gr", "-1"], "-gr/--global_rounds must be >= 0"),
     (["--lag_xi", "0.5"], "--lag_xi must be in [-1, 0]"),
     (["-ab", "maybe"], "expected a boolean"),
+    (["--report_last_k", "0"], "--report_last_k must be >= 1"),
 ])
 def test_out_of_range_values_are_refused_with_the_accepted_range(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -4,7 +4,7 @@ import sys
 
 from conftest import REPO
 
-ENTRY_SCRIPTS = {"system/main.py", "system/report.py"}
+ENTRY_SCRIPTS = {"system/main.py", "system/report.py", "system/run_batch.py"}
 
 
 def library_modules():

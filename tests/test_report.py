@@ -1,16 +1,19 @@
 """Tables and plots of a batch: numbers checked by hand on synthetic .h5 files written with write_results."""
 import csv
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import report
 from reporting import plots
-from reporting.grouping import dataset_partition, group_runs
+from reporting.grouping import dataset_partition, group_runs, varying_within
 from reporting.runs import find_runs, load_runs
+from reporting.statistics import recorded_last_k
 from reporting.tables import markdown_table, models_note, personal_frequency, summary_rows
-from utils.result_utils import result_path, write_results
+from utils.accuracy_summary import summary_from_arrays
+from utils.result_utils import read_results, result_path, write_results
 from utils.run_identity import run_status
 
 # Three seeds of one experiment: best = (0.6, 0.7, 0.8), final = (0.5, 0.7, 0.75).
@@ -94,9 +97,12 @@ def test_report_command_writes_tables_and_plots(batch, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| FedAvg | 70.00 ± 8.16 |" in printed and "left out MNIST-dir0.1_FedAvg_g_3.h5" in printed
     rows = list(csv.reader(open(out / "table.csv")))
-    assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(1) best",
-                       "MNIST Dir(1) final"]
-    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "40.00", "40.00"]
+    stats = ["best", "final", "last-10 mean", "final worst-10%", "final client std"]
+    assert rows[0] == ["method"] + [f"{c} {m}" for c in ("MNIST Dir(0.1)", "MNIST Dir(1)") for m in stats]
+    # last-10 of 3 evaluations averages all three: seeds 0.4, 0.5333, 0.6167 -> mean 0.5167, population std
+    # sqrt((0.11667^2 + 0.01667^2 + 0.1^2) / 3) = 0.0892; the runs recorded no rs_client_acc: n/a
+    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "51.67 ± 8.92", "n/a", "n/a",
+                       "40.00", "40.00", "30.00", "n/a", "n/a"]
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert float(summary[1]["final_std"]) == pytest.approx(0.1080123, abs=1e-7)
     pngs = sorted(p.name for p in out.glob("*.png"))
@@ -156,6 +162,8 @@ def test_run_status(batch):
     argv = ["-algo", "FedAvg", "-data", "MNIST-dir0.1", "-go", "g", "-m", "CNN", "-pv", "1", "-t", "2"]
     assert run_status(batch / "MNIST-dir0.1_FedAvg_g_1.h5", argv) == "complete"
     assert run_status(batch / "MNIST-dir0.1_FedAvg_g_1.h5", argv + ["-m", "DNN"]) == "stale"
+    # Only how the finished series is summarised: the run is the same, so not stale.
+    assert run_status(batch / "MNIST-dir0.1_FedAvg_g_1.h5", argv + ["--report_last_k", "3"]) == "complete"
     assert run_status(batch / "MNIST-dir0.1_FedAvg_g_3.h5", argv) == "incomplete"
     assert run_status(batch / "MNIST-dir0.1_FedAvg_g_7.h5", argv) == "missing"
 
@@ -210,3 +218,104 @@ def test_the_overview_keeps_the_algorithms_of_every_dataset_when_the_grid_is_lar
     assert {label: sorted(curves) for label, curves in kept.items()} == {"MNIST": ["A0", "FedAvg"],
                                                                           "Cifar10": ["A0", "FedAvg"]}
     assert note and report.overview_panels(panels, limit=1) == ({}, "")     # still too many: none
+
+
+# ----- the statistics besides best and final (issue 16) ---------------------------------------------------
+# One column (MNIST Dir(0.1)), one seed per row, k = 3 (the --report_last_k the new run recorded):
+# FedAvg, written before the summary attribute existed (none, and no report_last_k in its config):
+#   accuracy [0.2, 0.6, 0.5, 0.4]: best 0.6, final 0.4, last-3 mean (0.6 + 0.5 + 0.4) / 3 = 0.5;
+#   11 clients at the final evaluation: mean 0.5, squared deviations 0.16 + 0.04 + 0.04 + 0.16 = 0.4,
+#   std sqrt(0.4 / 11) = 0.190693; worst ceil(11 / 10) = 2 clients: (0.1 + 0.3) / 2 = 0.2.
+# FedLAG, written as the training loop writes it now (summary attribute, --report_last_k 3):
+#   accuracy [0.3, 0.7, 0.8, 0.6]: best 0.8, final 0.6, last-3 mean 0.7;
+#   5 clients: mean 0.6, squared deviations 0.09 + 0.04 + 0.01 = 0.14, std sqrt(0.14 / 5) = 0.167332;
+#   worst ceil(5 / 10) = 1 client: 0.3.
+OLD_ACC, OLD_CLIENTS = [0.2, 0.6, 0.5, 0.4], [0.1, 0.3, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.7, 0.9]
+NEW_ACC, NEW_CLIENTS = [0.3, 0.7, 0.8, 0.6], [0.6, 0.3, 0.8, 0.6, 0.7]
+
+
+def write_run_with_clients(folder, algorithm, acc, final_clients, summary_k=None):
+    """A run whose rs_client_acc ends with ``final_clients``; with ``summary_k``, also the summary attribute
+    and the report_last_k a run of this version records."""
+    earlier = np.full((len(acc) - 1, len(final_clients)), 0.5)
+    arrays = {"rs_test_acc": np.asarray(acc), "rs_eval_round": np.arange(len(acc)),
+              "rs_client_acc": np.vstack([earlier, final_clients])}
+    config = {"dataset": "MNIST-dir0.1", "algorithm": algorithm, "goal": "g", "model": "CNN", "seed": 0}
+    attrs = {"run": 0, "algorithm": algorithm, "dataset": "MNIST-dir0.1", "complete": True}
+    if summary_k is not None:
+        config["report_last_k"] = summary_k
+        attrs["summary"] = summary_from_arrays(arrays, summary_k).as_attrs()
+    write_results(result_path(folder, "MNIST-dir0.1", algorithm, "g", 0), arrays, {**attrs, "config": config})
+
+
+def sections(markdown):
+    """{heading: table lines} of report.py's tables."""
+    parts = [p.split("\n\n") for p in markdown.split("## ")[1:]]
+    return {p[0]: p[1].splitlines() for p in parts}
+
+
+@pytest.fixture
+def old_and_new(tmp_path):
+    folder = tmp_path / "results"
+    write_run_with_clients(folder, "FedAvg", OLD_ACC, OLD_CLIENTS)
+    write_run_with_clients(folder, "FedLAG", NEW_ACC, NEW_CLIENTS, summary_k=3)
+    return folder
+
+
+def test_report_shows_every_statistic_alike_for_runs_with_and_without_the_summary(old_and_new, tmp_path):
+    out = tmp_path / "rep"
+    assert report.main([str(old_and_new), "-o", str(out), "--no-plots"]) == 0
+    tables = sections((out / "table.md").read_text())
+    expected = {  # heading: (FedLAG row, FedAvg row); bold = the best of the column
+        "Best accuracy (%): max over evaluations": ("**80.00**", "60.00"),
+        "Final accuracy (%): last evaluation": ("**60.00**", "40.00"),
+        "Mean accuracy of the last 3 evaluations (%)": ("**70.00**", "50.00"),
+        "Worst 10% of clients at the final evaluation (%): mean accuracy of the ceil(n/10) lowest clients":
+            ("**30.00**", "20.00"),
+        "Std over clients of the final accuracy (percentage points; lower = more even)": ("**16.73**", "19.07"),
+    }
+    assert list(tables) == list(expected)
+    for heading, (lag, avg) in expected.items():
+        assert tables[heading][2:] == [f"| FedLAG | {lag} |", f"| FedAvg | {avg} |"], heading
+    rows = list(csv.reader(open(out / "table.csv")))
+    assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(0.1) last-3 mean",
+                       "MNIST Dir(0.1) final worst-10%", "MNIST Dir(0.1) final client std"]
+    assert rows[2] == ["FedAvg", "60.00", "40.00", "50.00", "20.00", "19.07"]
+    summary = {r["algorithm"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    avg = summary["FedAvg"]
+    assert avg["last_k"] == "3" and float(avg["last_k_mean"]) == pytest.approx(0.5)
+    assert float(avg["worst10_mean"]) == pytest.approx(0.2)
+    assert float(avg["client_std_mean"]) == pytest.approx(0.190693, abs=1e-6)
+    assert float(summary["FedLAG"]["client_std_mean"]) == pytest.approx(0.167332, abs=1e-6)
+    # The new run's stored summary is what the report computed from its arrays.
+    runs, _ = load_runs(find_runs([old_and_new]))
+    new = next(r for r in runs if r.algorithm == "FedLAG")
+    assert read_results(new.path)[1]["summary"] == new.summary(3).as_attrs()
+
+
+def test_last_k_can_be_chosen_and_names_itself(old_and_new, tmp_path):
+    out = tmp_path / "rep"
+    assert report.main([str(old_and_new), "-o", str(out), "--no-plots", "--last-k", "2"]) == 0
+    table = sections((out / "table.md").read_text())["Mean accuracy of the last 2 evaluations (%)"]
+    assert table[2:] == ["| FedLAG | **70.00** |", "| FedAvg | 45.00 |"]   # (0.8 + 0.6) / 2, (0.5 + 0.4) / 2
+    with pytest.raises(SystemExit):
+        report.main([str(old_and_new), "-o", str(out), "--last-k", "0"])
+
+
+def test_the_report_k_is_the_one_the_runs_agree_on():
+    def runs(*values):
+        return [SimpleNamespace(config={} if v is None else {"report_last_k": v}) for v in values]
+    assert recorded_last_k(runs(None, 3, 3)) == 3        # runs from before the flag have no preference
+    assert recorded_last_k(runs(3, 5)) == 10              # disagreeing: the default, named in the caption
+    assert recorded_last_k(runs(None)) == 10
+    assert recorded_last_k(runs(3), asked=7) == 7
+    assert varying_within(runs(3, 5)) == []               # not a setting: seeds differing in it are one cell
+
+
+def test_a_statistic_the_runs_cannot_give_is_na_and_the_note_says_why(batch):
+    runs, _ = load_runs(find_runs([batch]))   # these files hold no rs_client_acc, like PFLlib's
+    tables = report.tables_markdown(group_runs(runs))
+    worst = sections(tables)["Worst 10% of clients at the final evaluation (%): mean accuracy of the ceil(n/10) "
+                             "lowest clients"]
+    assert worst[2:] == ["| FedLAG | n/a | n/a |", "| FedAvg | n/a | n/a |"]   # never bold
+    assert "n/a: a run of the cell recorded no per-client accuracies" in tables

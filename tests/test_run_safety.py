@@ -21,7 +21,7 @@ from flcore.registry import ALGORITHMS, resolve
 from flcore.servers.serverbase import RunError
 from flcore.state import StateError
 from test_checkpoint import kill_after_checkpoints
-from utils.checkpoint import CheckpointError, config_key, save_checkpoint
+from utils.checkpoint import CheckpointError, config_differences, config_key, save_checkpoint
 from utils.options import parse_args
 from utils.result_utils import read_results, result_path
 from utils.run_lock import lock_path
@@ -63,8 +63,11 @@ def dead_pid() -> int:
 
 def test_checkpoint_key_ignores_execution_flags_only(data_dir, tmp_path):
     base = vars(parse_args(cli(data_dir, tmp_path)))
-    for flag, value in [("workers", 7), ("results_dir", "elsewhere"), ("resume", True), ("checkpoint_every", 3)]:
+    # report_last_k only summarises the finished series: a resume may change it, like an execution flag.
+    for flag, value in [("workers", 7), ("results_dir", "elsewhere"), ("resume", True), ("checkpoint_every", 3),
+                        ("report_last_k", 3)]:
         assert config_key(dict(base, **{flag: value})) == config_key(base), flag
+        assert config_differences(dict(base, **{flag: value}), base) == [], flag   # --resume accepts the change
     for flag, value in [("global_rounds", 6), ("local_learning_rate", 0.01), ("seed", 1)]:
         assert config_key(dict(base, **{flag: value})) != config_key(base), flag
 

@@ -32,6 +32,7 @@ def main(grid: Grid, context: Context) -> None:
     repo = task.use_project(context)  # the project's modules are importable from here on
     from dataset.utils.atomic_io import atomic_path
     from flcore.lag.mixin import LagSettings
+    from utils.accuracy_summary import summary_from_arrays
     from utils.result_utils import result_path, write_results
 
     from .strategy import FedLagStrategy
@@ -51,6 +52,12 @@ def main(grid: Grid, context: Context) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     attrs = {"config": vars(args), "flower_run_config": dict(run), "engine": "flower", "run": 0,
              "algorithm": task.ALGORITHM, "dataset": args.dataset}
+
+    def write_run(**overrides) -> None:
+        """The .h5 of the rounds so far, with the accuracy summary main.py's runs carry (``summary``)."""
+        series = strategy.result_arrays()
+        write_results(path, series, {**attrs, **strategy.run_status(), **overrides,
+                                     "summary": summary_from_arrays(series, args.report_last_k).as_attrs()})
     try:
         result = strategy.start(grid=grid, initial_arrays=task.to_record(model.state_dict()),
                                 num_rounds=num_rounds,
@@ -59,13 +66,13 @@ def main(grid: Grid, context: Context) -> None:
         # Keep the rounds done (marked incomplete, with the failures seen) before Flower records the error;
         # a failure to do so is logged and never hides the run's own error.
         try:
-            write_results(path, strategy.result_arrays(), {**attrs, **strategy.run_status(), "complete": False})
+            write_run(complete=False)
             log(INFO, "FedLAG results so far written to %s (incomplete)", path)
         except Exception as not_written:  # noqa: BLE001
             log(WARNING, "could not write the results so far to %s: %s", path, not_written)
         raise
     # complete only when every node sampled in every round replied; else the failures are listed.
-    write_results(path, strategy.result_arrays(), {**attrs, **strategy.run_status()})
+    write_run()
     arrays = result.arrays if result.arrays else task.to_record(model.state_dict())  # no round aggregated
     final = {name: tensor.numpy() for name, tensor in task.from_record(arrays).items()}
     model_path = path.with_suffix(".global.npz")

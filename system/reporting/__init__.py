@@ -4,8 +4,10 @@
   (dataset, algorithm, goal) are seeds of one experiment.
 * :mod:`reporting.grouping`: runs grouped into experiments (:class:`~reporting.grouping.Group`), each
   with its dataset's partition, in the paper's order; the settings runs share or differ in.
+* :mod:`reporting.statistics`: what a table can show of each run (best, final, last-k mean, the worst
+  10% of clients and the std over clients at the final evaluation), and the k a report uses.
 * :mod:`reporting.tables`: Table 1 (rows = algorithms, columns = dataset x partition; a cell is one
-  group) as Markdown and CSV, with its notes and a per-group summary.
+  group) as Markdown and CSV, one table per statistic, with its notes and a per-group summary.
 * :mod:`reporting.plots`: accuracy curves, conflict heatmaps and personal-layer frequencies.
 
 Reading and writing one run's file is :mod:`utils.result_utils`; the training loop never imports this package.

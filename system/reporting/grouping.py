@@ -14,6 +14,8 @@ import numpy as np
 from dataset.utils.naming import PARTITION_SUFFIX, partition_from_config, partition_from_name
 from flcore.registry import lag_base
 from reporting.runs import Run
+from reporting.statistics import STATISTICS
+from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR, recorded_location
 from utils.run_identity import NON_IDENTIFYING_FLAGS
 
@@ -67,18 +69,26 @@ class Group:
     @property
     def best(self) -> np.ndarray:
         """Each run's best accuracy (PFLlib's headline number: max over evaluations)."""
-        return np.array([float(np.max(r.accuracy)) for r in self.runs])
+        return np.array([r.summary().best for r in self.runs])
 
     @property
     def final(self) -> np.ndarray:
         """Each run's last evaluated accuracy."""
-        return np.array([float(r.accuracy[-1]) for r in self.runs])
+        return np.array([r.summary().final for r in self.runs])
 
-    def stats(self) -> Dict[str, float]:
-        """Mean and population std (``np.std``, as PFLlib) over runs of the best and final accuracy."""
-        best, final = self.best, self.final
-        return {"best_mean": float(np.mean(best)), "best_std": float(np.std(best)),
-                "final_mean": float(np.mean(final)), "final_std": float(np.std(final))}
+    def stats(self, last_k: int = DEFAULT_LAST_K) -> Dict[str, float]:
+        """Mean and population std (``np.std``, as PFLlib) over runs of each statistic in
+        :data:`~reporting.statistics.STATISTICS`: ``best_mean``, ``best_std``, ... ``client_std_std``.
+
+        A statistic some run could not compute (no per-client accuracies) is NaN for the group: a mean
+        over only some of the seeds would not be comparable with the other cells.
+        """
+        summaries = [r.summary(last_k) for r in self.runs]
+        out = {}
+        for statistic in STATISTICS:
+            values = np.array([getattr(s, statistic.run_field) for s in summaries], dtype=float)
+            out[f"{statistic.name}_mean"], out[f"{statistic.name}_std"] = float(np.mean(values)), float(np.std(values))
+        return out
 
     @property
     def model(self) -> str:

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
 from utils.result_utils import read_results
 
 RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
@@ -40,6 +41,12 @@ class Run:
             return np.asarray(rounds, dtype=int)
         gap = int(self.config.get("eval_gap", 1) or 1)
         return np.arange(len(self.accuracy)) * gap
+
+    def summary(self, last_k: int = DEFAULT_LAST_K) -> AccuracySummary:
+        """Best, final, last-k mean and the clients' final spread, recomputed from the arrays rather than read
+        from the ``summary`` attribute: files from before it existed, and runs made with another
+        ``--report_last_k``, are then reported with the same k and the same arithmetic as the rest."""
+        return summary_from_arrays(self.arrays, last_k)
 
     @property
     def has_conflicts(self) -> bool:

@@ -1,4 +1,5 @@
-"""The paper's Table 1 from groups of runs: layout, Markdown and CSV tables, their notes, and summaries."""
+"""The paper's Table 1 from groups of runs: layout, Markdown and CSV tables (one per statistic of
+:mod:`reporting.statistics`), their notes, and summaries."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +10,8 @@ import numpy as np
 from reporting.grouping import (Group, Partition, algorithm_sort_key, common_settings, dataset_sort_key,
                                 differing_flags, flag_names, settings_text, varying_within)
 from reporting.runs import Run
+from reporting.statistics import BY_NAME, STATISTICS
+from utils.accuracy_summary import DEFAULT_LAST_K
 
 
 @dataclass(frozen=True)
@@ -82,24 +85,33 @@ def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict
 
 def format_cell(mean: float, std: float, runs: int = 2) -> str:
     """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``; a single
-    run has no spread, so its value stands alone (the seeds note gives the counts)."""
+    run has no spread, so its value stands alone (the seeds note gives the counts). ``n/a``: the runs
+    did not record what the statistic needs (see :data:`NOT_AVAILABLE_NOTE`)."""
+    if np.isnan(mean):
+        return "n/a"
     if runs == 1:
         return f"{100 * mean:.2f}"
     return f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
-def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: bool = True) -> str:
-    """One Markdown table (Table 1 layout) of ``metric`` ("best" or "final") accuracy, mean ± std in %.
+def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: bool = True,
+                   last_k: int = DEFAULT_LAST_K) -> str:
+    """One Markdown table (Table 1 layout) of the statistic ``metric`` (a name in
+    :data:`~reporting.statistics.STATISTICS`: best, final, last_k, worst10, client_std), mean ± std in %.
 
-    The highest mean of each column is in bold; a cell with no runs is "-".
+    The best mean of each column is in bold (the highest; the lowest for client_std); a cell with no runs
+    is "-", one whose runs lack the data is "n/a".
     """
+    statistic = BY_NAME[metric]
     rows, columns, cells = table_layout(groups)
     header = "| method | " + " | ".join(c.label for c in columns) + " |"
     lines = [header, "|---|" + "---|" * len(columns)]
+    stats = {key: g.stats(last_k) for key, g in cells.items()}
     top = {}
     for c in columns:
-        means = [cells[(r, c)].stats()[f"{metric}_mean"] for r in rows if (r, c) in cells]
-        top[c] = max(means) if means else None
+        means = [stats[(r, c)][f"{metric}_mean"] for r in rows if (r, c) in cells]
+        means = [m for m in means if not np.isnan(m)]  # max() with a NaN depends on the order
+        top[c] = (max(means) if statistic.higher_is_better else min(means)) if means else None
     for r in rows:
         out = []
         for c in columns:
@@ -107,11 +119,21 @@ def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: boo
             if g is None:
                 out.append("-")
                 continue
-            s = g.stats()
+            s = stats[(r, c)]
             text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"], len(g.runs))
             out.append(f"**{text}**" if bold_best and len(rows) > 1 and s[f"{metric}_mean"] == top[c] else text)
         lines.append(f"| {r.label} | " + " | ".join(out) + " |")
     return "\n".join(lines)
+
+
+NOT_AVAILABLE_NOTE = ("n/a: a run of the cell recorded no per-client accuracies at its final evaluation "
+                      "(PFLlib's files; a Flower run whose evaluated clients changed).")
+
+
+def not_available_note(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> str:
+    """:data:`NOT_AVAILABLE_NOTE` when some cell shows n/a, else nothing."""
+    missing = any(np.isnan(g.stats(last_k)[f"{s.name}_mean"]) for g in groups for s in STATISTICS)
+    return NOT_AVAILABLE_NOTE if missing else ""
 
 
 def seeds_note(groups: Sequence[Group]) -> str:
@@ -149,38 +171,42 @@ def models_note(groups: Sequence[Group]) -> str:
     return "Models: " + "; ".join(f"{label}: {'/'.join(m)}" for label, m in per_column.items()) + "."
 
 
-def csv_table(groups: Sequence[Group]) -> List[List[str]]:
-    """Table 1 layout for a spreadsheet: one row per algorithm; per column a best and a final cell."""
+def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[List[str]]:
+    """Table 1 layout for a spreadsheet: one row per algorithm; per column one cell per statistic
+    (best, final, last-k mean, final worst-10%, final client std)."""
     rows, columns, cells = table_layout(groups)
-    header = ["method"] + [f"{c.label} {m}" for c in columns for m in ("best", "final")]
+    header = ["method"] + [f"{c.label} {s.column_name(last_k)}" for c in columns for s in STATISTICS]
     out = [header]
     for r in rows:
         line = [r.label]
         for c in columns:
             g = cells.get((r, c))
             if g is None:
-                line += ["", ""]
+                line += [""] * len(STATISTICS)
             else:
-                s = g.stats()
-                line += [format_cell(s["best_mean"], s["best_std"], len(g.runs)),
-                         format_cell(s["final_mean"], s["final_std"], len(g.runs))]
+                stats = g.stats(last_k)
+                line += [format_cell(stats[f"{s.name}_mean"], stats[f"{s.name}_std"], len(g.runs))
+                         for s in STATISTICS]
         out.append(line)
     return out
 
 
+# The fields of earlier versions first, in their order, so that a script reading columns by position still works.
 SUMMARY_FIELDS = ("algorithm", "goal", "model", "dataset", "base_dataset", "partition", "runs", "run_ids",
-                  "rounds", "best_mean", "best_std", "final_mean", "final_std")
+                  "rounds", "best_mean", "best_std", "final_mean", "final_std", "last_k", "last_k_mean", "last_k_std",
+                  "worst10_mean", "worst10_std", "client_std_mean", "client_std_std")
 
 
-def summary_rows(groups: Sequence[Group]) -> List[Dict[str, object]]:
-    """One record per group with the numbers (fractions in [0, 1], not rounded), for a tidy CSV."""
+def summary_rows(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[Dict[str, object]]:
+    """One record per group with the numbers (fractions in [0, 1], not rounded; NaN where the runs lack
+    the data), for a tidy CSV. ``last_k`` is the k of the last_k_* fields."""
     records = []
     for g in groups:
-        s = g.stats()
         records.append({"algorithm": g.algorithm, "goal": g.goal, "model": g.model, "dataset": g.dataset,
                         "base_dataset": g.partition.base, "partition": g.partition.key, "runs": len(g.runs),
                         "run_ids": " ".join(str(r.run) for r in g.runs),
-                        "rounds": max(int(r.eval_rounds[-1]) for r in g.runs), **s})
+                        "rounds": max(int(r.eval_rounds[-1]) for r in g.runs), "last_k": last_k,
+                        **g.stats(last_k)})
     return records
 
 

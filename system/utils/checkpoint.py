@@ -26,12 +26,13 @@ import torch
 
 from dataset.utils.atomic_io import atomic_path
 from utils.errors import UserError
-from utils.run_identity import EXECUTION_FLAGS
+from utils.run_identity import EXECUTION_FLAGS, REPORTING_FLAGS
 
 KEEP = 2
 _NAME = re.compile(r"round_(\d+)\.pt$")
-# Flags that change where or how fast a run executes, never its results.
-IGNORED_ON_RESUME = EXECUTION_FLAGS
+# Flags that change where or how fast a run executes, or how its finished series is summarised; never
+# the series itself.
+IGNORED_ON_RESUME = EXECUTION_FLAGS | REPORTING_FLAGS
 
 
 class CheckpointError(UserError, ValueError):
@@ -58,7 +59,7 @@ def _at_default(key: str, value: object) -> bool:
 
 
 def config_key(config: Dict[str, object]) -> str:
-    """A short hash of the flags that change results (every flag but :data:`EXECUTION_FLAGS`) and are
+    """A short hash of the flags that change results (every flag but :data:`IGNORED_ON_RESUME`) and are
     not at their default, so that a flag added in a later version leaves earlier checkpoints findable."""
     kept = {k: v for k, v in config.items() if k not in IGNORED_ON_RESUME and not _at_default(k, v)}
     text = json.dumps(kept, sort_keys=True, default=repr)

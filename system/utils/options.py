@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 from flcore.lag.selector import add_lag_arguments, lag_flag_problems
 from flcore.registry import algorithms_by_group, unknown_name_message
 from flcore.trainmodel.models import IMAGE_MODELS, MODELS, SENSOR_MODELS, TEXT_MODELS, VECTOR_MODELS, UnknownModelError
+from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR
 
 
@@ -99,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     flag("-pv", "--prev", type=int, default=0, help="first run index")
     flag("-t", "--times", type=int, default=1, help="runs prev..times-1")
     flag("-eg", "--eval_gap", type=int, default=1, help="evaluate every eg rounds")
+    p.add_argument("--report_last_k", type=int, default=DEFAULT_LAST_K,
+                   help="also report the mean accuracy of the last K evaluations (in the .h5's summary and the "
+                        "end-of-run line). K counts evaluations, not rounds: with -eg 5 the last 10 evaluations "
+                        "span 50 rounds; a run with fewer evaluations averages all of them. Changes what is "
+                        "reported, never what is trained")
     boolean("-ab", "--auto_break", "stop when the best accuracy is -tc evaluations old")
     flag("-nnc", "--num_new_clients", type=int, default=0, help="clients nc..nc+nnc-1 held out")
     flag("-ften", "--fine_tuning_epoch_new", type=int, default=0, help="new-client fine-tuning epochs")
@@ -180,6 +186,7 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(args.batch_size >= 1, f"-lbs/--batch_size must be >= 1, got {args.batch_size}")
     need(args.local_epochs >= 0, f"-ls/--local_epochs must be >= 0, got {args.local_epochs}")
     need(args.eval_gap >= 1, f"-eg/--eval_gap must be >= 1, got {args.eval_gap}")
+    need(args.report_last_k >= 1, f"--report_last_k must be >= 1 (evaluations to average), got {args.report_last_k}")
     need(math.isfinite(args.local_learning_rate) and args.local_learning_rate > 0,
          f"-lr/--local_learning_rate must be a positive number, got {args.local_learning_rate}")
     need(0 <= args.client_drop_rate < 1,

@@ -4,7 +4,9 @@ A file ``results/<dataset>_<algorithm>_<goal>_<run>.h5`` holds PFLlib's ``rs_tes
 ``rs_test_auc`` (PFLlib leaves it empty; here it is filled) and ``rs_train_loss`` (one entry per
 evaluation), plus ``rs_eval_round`` (the round of each evaluation), ``rs_client_acc``
 (evaluations x clients), ``rs_round_time`` (seconds per round) and whatever the algorithm records.
-The run configuration is stored as JSON in the attribute ``config``.
+The run configuration is stored as JSON in the attribute ``config``, and the summary of its accuracy
+(best, final, mean of the last k evaluations, the clients' spread at the final evaluation; see
+:mod:`utils.accuracy_summary`) as JSON in the attribute ``summary``.
 
 Only reading and writing single files lives here (the training loop imports it): the lock on a results
 name is in :mod:`utils.run_lock`, which flags identify a run in :mod:`utils.run_identity`, and tables and

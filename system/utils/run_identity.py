@@ -1,6 +1,7 @@
 """Which flags identify a run, and whether a results file on disk is the run a command line asks for.
 
-Used by ``run_all.sh`` (skip or rerun), :mod:`utils.checkpoint` (resume) and the reports (settings).
+Used by the batch runner (``system/batch``, behind ``run_all.sh``: skip or rerun), :mod:`utils.checkpoint`
+(resume) and the reports (settings).
 """
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from utils.result_utils import _decode
 # Flags that say where and how a run executes, not what it computes: a resumed run may change them.
 EXECUTION_FLAGS = frozenset({*LOCATION_FLAGS, "resume", "checkpoint_every", "device_id", "executor", "workers",
                              "ray_address", "gpus_per_worker", "ray_timeout", "threads"})
+# Flags that only choose how a finished series is summarised (the .h5's ``summary``, the console line):
+# training is the same whatever their value, so a resumed run may change them, a finished run made with
+# another value is not stale (report.py recomputes the summary from the arrays), and a table does not
+# split or label runs by them.
+REPORTING_FLAGS = frozenset({"report_last_k"})
 # Those, the device, and which seed (the file name says that): ignored when deciding whether a finished
 # run was made with the flags asked for now.
-NON_IDENTIFYING_FLAGS = EXECUTION_FLAGS | {"seed", "prev", "times", "device"}
+NON_IDENTIFYING_FLAGS = EXECUTION_FLAGS | REPORTING_FLAGS | {"seed", "prev", "times", "device"}
 
 
 def run_status(path: Path, argv: Sequence[str]) -> str:

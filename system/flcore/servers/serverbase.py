@@ -25,6 +25,7 @@ from flcore.aggregation import copy_into, named_tensors, sample_weights, weighte
 from flcore.clients.clientbase import Client, DivergenceError
 from flcore.executors import SequentialExecutor, make_executor
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
+from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
                               remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
@@ -480,6 +481,10 @@ class Server:
         return {"config": config, "run": self.times, "algorithm": self.algorithm,
                 "dataset": self.dataset, "rounds_done": len(self.history["rs_round_time"])}
 
+    def accuracy_summary(self) -> AccuracySummary:
+        """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far."""
+        return summary_from_arrays(self.history, getattr(self.args, "report_last_k", DEFAULT_LAST_K))
+
     def results_file(self) -> Path:
         return run_results_file(self.args, self.times)
 
@@ -493,7 +498,9 @@ class Server:
         checkpoint is.
         """
         path = self.results_file()
-        arrays, attrs = self.result_arrays(), dict(self.result_attrs(), complete=complete)
+        # The summary goes with every write, an early stop's too: it describes the evaluations the file holds.
+        arrays = self.result_arrays()
+        attrs = dict(self.result_attrs(), complete=complete, summary=self.accuracy_summary().as_attrs())
         try:
             write_results(path, arrays, attrs)
             return path

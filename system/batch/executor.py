@@ -1,0 +1,197 @@
+"""Running the planned runs of ``system/main.py``, ``-j N`` at once, each with its own log.
+
+Each run is started in a session of its own: a Ctrl-C on the terminal then reaches the batch only,
+which stops the running runs with SIGTERM (they count as stopped, not failed) and starts no more, as the
+shell version did by running them as background jobs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Union
+
+from utils.paths import REPO_ROOT
+
+from batch.console import say, warn
+from batch.plan import Plan, Run
+from batch.settings import Settings
+from batch.usage import PROGRAM, PROGRESS
+
+MAIN = f"{REPO_ROOT}/system/main.py"
+# Exit statuses as a shell reports them: 124 is coreutils' timeout, 128+N a run ended by signal N.
+TIMED_OUT = 124
+STOPPED = 128 + signal.SIGTERM
+# What became of a run that was not started.
+SKIPPED = "skipped"          # its result file is complete
+UNBUILT = "dataset"          # its dataset folder could not be built
+Outcome = Union[int, str]    # an exit status, SKIPPED or UNBUILT; a run never started has none
+
+
+@dataclass
+class Execution:
+    outcomes: Dict[int, Outcome] = field(default_factory=dict)  # by index in the plan
+    interrupted: bool = False
+
+
+def run_environment(jobs: int) -> Dict[str, str]:
+    """The environment of every run: OMP_NUM_THREADS = cores / jobs unless the user set it, so that N
+    runs at once do not each take every core."""
+    env = dict(os.environ)
+    if not env.get("OMP_NUM_THREADS"):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        env["OMP_NUM_THREADS"] = str(max(cores // jobs, 1))
+    return env
+
+
+def execute(settings: Settings, plan: Plan, states: List[str], unbuilt: Dict[str, str],
+            env: Dict[str, str]) -> Execution:
+    """Skip complete runs, fail those whose dataset is missing (their log is the generator's), run the
+    rest; returns when every started run has ended."""
+    pool = RunPool(settings, env)
+    execution = Execution()
+    with pool.stopped_by_signals():
+        for i, run in enumerate(plan.runs):
+            if pool.stopping:
+                break
+            if states[i] == "complete":
+                execution.outcomes[i] = SKIPPED
+                continue
+            if run.data in unbuilt:
+                execution.outcomes[i] = UNBUILT
+                copy_quietly(unbuilt[run.data], f"{settings.logs_dir}/{run.log_name}")
+                continue
+            if not pool.wait_for_slot():
+                break
+            note = "" if states[i] == "missing" else f" (existing file {states[i]}: rerun)"
+            say(f"{PROGRESS} start  {run.name}{note}")
+            pool.start(i, run)
+        pool.wait_for_all()
+    execution.outcomes.update(pool.exit_codes)
+    execution.interrupted = pool.stopping
+    return execution
+
+
+def copy_quietly(source: str, target: str) -> None:
+    try:
+        shutil.copyfile(source, target)
+    except OSError:
+        pass  # the summary still names the dataset; a missing copy only loses detail
+
+
+class RunPool:
+    """At most ``settings.jobs`` runs at once, one thread waiting on each."""
+
+    def __init__(self, settings: Settings, env: Dict[str, str]):
+        self.settings = settings
+        self.env = env
+        self.timeout = int(settings.timeout) if settings.timeout else None
+        self.slots = threading.BoundedSemaphore(settings.jobs)
+        # Reentrant: the signal handler takes it on the main thread, which may already hold it.
+        self.lock = threading.RLock()
+        self.running: Dict[int, subprocess.Popen] = {}
+        self.threads: List[threading.Thread] = []
+        self.exit_codes: Dict[int, int] = {}
+        self.stopping = False
+
+    def wait_for_slot(self) -> bool:
+        """Block until fewer than ``jobs`` runs are running; False when the batch is being stopped."""
+        self.slots.acquire()
+        if self.stopping:
+            self.slots.release()
+            return False
+        return True
+
+    def start(self, index: int, run: Run) -> None:
+        thread = threading.Thread(target=self._run, args=(index, run), name=run.name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def wait_for_all(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+    @contextmanager
+    def stopped_by_signals(self):
+        """SIGINT, SIGTERM or SIGHUP stop the batch: no new run starts and running ones get SIGTERM.
+        A signal the batch was started ignoring stays ignored (``nohup ./run_all.sh`` survives a logout),
+        as a shell script cannot trap those either."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():  # only there can handlers be set
+            for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(number) is not signal.SIG_IGN:
+                    previous[number] = signal.signal(number, self._on_signal)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _on_signal(self, number, frame) -> None:
+        self.stopping = True
+        with self.lock:
+            for process in list(self.running.values()):
+                terminate(process)
+        try:
+            warn(f"{PROGRESS} interrupted; stopping the running jobs")
+        except OSError:
+            pass  # a hung-up terminal: the runs are stopped all the same
+
+    def _run(self, index: int, run: Run) -> None:
+        log = f"{self.settings.logs_dir}/{run.log_name}"
+        started = time.monotonic()
+        try:
+            code = self._run_logged(index, run, log)
+        except OSError as err:  # e.g. the log cannot be written: this run fails, the others go on
+            warn(f"{PROGRAM}: {err}")
+            code = 1
+        finally:
+            self.slots.release()
+        with self.lock:
+            self.running.pop(index, None)
+            self.exit_codes[index] = code
+        seconds = int(time.monotonic() - started)
+        if code == 0:
+            say(f"{PROGRESS} done   {run.name} ({seconds} s)")
+        elif code == STOPPED:
+            say(f"{PROGRESS} stopped {run.name} ({seconds} s)")
+        else:
+            say(f"{PROGRESS} FAILED {run.name} (exit {code}, {seconds} s, log {log})")
+
+    def _run_logged(self, index: int, run: Run, log: str) -> int:
+        command = [sys.executable, MAIN, *run.main_flags]
+        with open(log, "w", encoding="utf-8") as f:
+            f.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {PROGRAM}: {' '.join(command)}\n")
+            f.flush()
+            process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=self.env,
+                                       start_new_session=True)
+        with self.lock:
+            self.running[index] = process
+            if self.stopping:  # the signal came between the check before starting and now
+                terminate(process)
+        return wait(process, self.timeout)
+
+
+def wait(process: subprocess.Popen, timeout: Optional[int]) -> int:
+    """The run's exit status as a shell reports it; :data:`TIMED_OUT` when it ran past ``timeout``."""
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        terminate(process)
+        process.wait()
+        return TIMED_OUT
+    return 128 - code if code < 0 else code
+
+
+def terminate(process: subprocess.Popen) -> None:
+    """SIGTERM to the run and whatever it started (its own process group), as ``timeout`` sends it."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except OSError:
+        pass  # it has ended already

@@ -1,0 +1,38 @@
+"""Partition tokens of a grid (``dir0.1``, ``exdir0.5``, ``pat2``, ``iid``, ``-``): the dataset folder
+each names and the generator flags that build it."""
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+# Every partition parameter a batch varies is in the folder name. The default client count keeps the
+# name earlier batches used (D-P); any other gets -nc<N>, so a D-P folder from an old batch with another
+# count is not reused: the generator refuses to overwrite a different split, and main.py checks the
+# files against config.json.
+DEFAULT_CLIENTS = "20"
+_NUMBER = r"[0-9]*\.?[0-9]+"
+
+
+def folder_name(dataset: str, partition: str, clients: str) -> str:
+    """``D`` for partition ``-`` (the folder as it is), ``D-P``, or ``D-P-nc<N>``. ``clients`` is compared
+    as written, as the shell version did."""
+    if partition == "-":
+        return dataset
+    if clients == DEFAULT_CLIENTS:
+        return f"{dataset}-{partition}"
+    return f"{dataset}-{partition}-nc{clients}"
+
+
+def generator_flags(partition: str) -> Optional[List[str]]:
+    """Positional arguments and options of ``dataset/generate_<D>.py`` for ``partition``, or None when
+    the token is not a partition."""
+    if partition == "iid":
+        return ["iid", "-", "-"]
+    for scheme in ("dir", "exdir"):
+        if partition.startswith(scheme):
+            alpha = partition[len(scheme):]
+            return ["noniid", "-", scheme, "--alpha", alpha] if re.fullmatch(_NUMBER, alpha) else None
+    if partition.startswith("pat"):
+        classes = partition[len("pat"):]
+        return ["noniid", "-", "pat", "--class-per-client", classes] if re.fullmatch("[0-9]+", classes) else None
+    return None

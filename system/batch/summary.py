@@ -1,0 +1,65 @@
+"""The end of a batch: how many runs were done, skipped, failed or stopped, why each failure happened,
+and the exit status (0 all done or skipped, 1 some run failed, 130 interrupted)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Tuple
+
+from batch.executor import SKIPPED, STOPPED, TIMED_OUT, UNBUILT, Execution
+from batch.logs import last_nonblank_line
+from batch.plan import Plan
+from batch.settings import Settings
+from batch.usage import PROGRESS
+
+INTERRUPTED_EXIT = 130
+
+
+@dataclass
+class Summary:
+    total: int
+    done: int = 0
+    skipped: int = 0
+    stopped: int = 0
+    not_started: int = 0
+    interrupted: bool = False
+    failures: List[Tuple[str, str, str]] = field(default_factory=list)  # (run name, exit text, log)
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return INTERRUPTED_EXIT
+        return 1 if self.failures else 0
+
+    def lines(self) -> List[str]:
+        """The summary line, then two lines per failed run: its last log line, and the log."""
+        head = (f"{PROGRESS} {self.total} runs: {self.done} done, {self.skipped} skipped (complete), "
+                f"{len(self.failures)} failed")
+        if self.interrupted:
+            head += (f", {self.stopped} stopped and {self.not_started} not started "
+                     "(interrupted: run again to continue)")
+        lines = [head]
+        for name, exit_text, log in self.failures:
+            lines += [f"  FAILED {name} (exit {exit_text}): {last_nonblank_line(log)}", f"         log: {log}"]
+        return lines
+
+
+def summarize(settings: Settings, plan: Plan, execution: Execution) -> Summary:
+    summary = Summary(total=len(plan.runs), interrupted=execution.interrupted)
+    for i, run in enumerate(plan.runs):
+        outcome = execution.outcomes.get(i)
+        log = f"{settings.logs_dir}/{run.log_name}"
+        if outcome is None:
+            summary.not_started += 1
+        elif outcome == SKIPPED:
+            summary.skipped += 1
+        elif outcome == UNBUILT:
+            summary.failures.append((run.name, f"dataset {run.data} not built", log))
+        elif outcome == 0:
+            summary.done += 1
+        elif execution.interrupted and outcome == STOPPED:
+            summary.stopped += 1
+        elif outcome == TIMED_OUT:
+            summary.failures.append((run.name, f"timed out after {settings.timeout} s", log))
+        else:
+            summary.failures.append((run.name, str(outcome), log))
+    return summary

@@ -1,0 +1,55 @@
+"""Which statistics of a run the tables show, how each is captioned, and which k a report uses.
+
+Every statistic is computed per run by :func:`utils.accuracy_summary.summarize_accuracy` and then
+averaged over the seeds of a cell (mean ± population std).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from reporting.runs import Run
+from utils.accuracy_summary import DEFAULT_LAST_K
+
+
+@dataclass(frozen=True)
+class Statistic:
+    name: str          # key prefix in Group.stats(): "<name>_mean", "<name>_std"
+    run_field: str     # the AccuracySummary field it averages over seeds
+    caption: str       # the table's heading; "{k}" is the last-k count
+    column: str        # the CSV column suffix; "{k}" likewise
+    higher_is_better: bool = True  # which end of a column is bold
+
+    def heading(self, last_k: int) -> str:
+        return self.caption.format(k=last_k)
+
+    def column_name(self, last_k: int) -> str:
+        return self.column.format(k=last_k)
+
+
+STATISTICS = (
+    Statistic("best", "best", "Best accuracy (%): max over evaluations", "best"),
+    Statistic("final", "final", "Final accuracy (%): last evaluation", "final"),
+    Statistic("last_k", "last_k_mean", "Mean accuracy of the last {k} evaluations (%)", "last-{k} mean"),
+    Statistic("worst10", "final_worst10_mean",
+              "Worst 10% of clients at the final evaluation (%): mean accuracy of the ceil(n/10) lowest clients",
+              "final worst-10%"),
+    Statistic("client_std", "final_client_std",
+              "Std over clients of the final accuracy (percentage points; lower = more even)", "final client std",
+              higher_is_better=False),
+)
+BY_NAME = {s.name: s for s in STATISTICS}
+
+
+def recorded_last_k(runs: Sequence[Run], asked: Optional[int] = None) -> int:
+    """The k of the last-k mean for a report: ``asked`` if given; else the ``--report_last_k`` of the runs
+    that recorded one (runs from before the flag have no preference), when they all agree; else
+    :data:`DEFAULT_LAST_K`. One k for the whole report, so that every cell averages alike."""
+    if asked is not None:
+        return asked
+    recorded = {r.config["report_last_k"] for r in runs if "report_last_k" in r.config}
+    if len(recorded) == 1:
+        value = recorded.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return DEFAULT_LAST_K
