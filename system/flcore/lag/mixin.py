@@ -71,6 +71,10 @@ class LayerConflictMixin:
         base_method = str(self.algorithm).removesuffix("+LAG")
         self.lag_selector = LayerSelector(self.lag, candidates, base_method,
                                           self._lag_own_personal_layers(client, candidates))
+        self._lag_say_notes()
+
+    def _lag_say_notes(self) -> None:
+        """Print, once each, what the selector wants the user to hear."""
         while self.lag_selector.notes:
             print(f"note: {self.lag_selector.notes.pop(0)}")
 
@@ -108,8 +112,7 @@ class LayerConflictMixin:
         evidence = (layer_evidence_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows)
                     if len(rows) >= 2 else (None, None))
         self.lag_selector.observe(*evidence, uploads=len(rows))
-        while self.lag_selector.notes:
-            print(f"note: {self.lag_selector.notes.pop(0)}")
+        self._lag_say_notes()
 
     def _lag_upload_owners(self) -> List:
         """The client behind each upload, found by parameter identity.

@@ -192,8 +192,8 @@ class LayerSelector:
         self.notes: List[str] = []   # things the user should hear about, printed by the caller
         if not layers:
             raise LagError(f"{method} shares no parameters, so there is nothing to personalise")
+        self.settings = settings
         self.own_personal: Tuple[str, ...] = tuple(own_personal)
-        self.extra = max(0, settings.top_k - len(self.own_personal))
         if self.extra >= len(layers):
             own = (f" on top of the {len(self.own_personal)} it keeps personal itself"
                    if self.own_personal else "")
@@ -207,7 +207,6 @@ class LayerSelector:
                               f"({', '.join(self.own_personal)}), which --lag_top_k {settings.top_k} counts: "
                               f"no shared layer is added, conflicts are still recorded "
                               f"(--lag_top_k {len(self.own_personal) + 1} adds one)")
-        self.settings = settings
         self.layers: List[Layer] = list(layers)
         self.personal: Tuple[int, ...] = ()
         width = len(self.layers)
@@ -215,6 +214,11 @@ class LayerSelector:
         self.pairs = torch.zeros(width, dtype=torch.float64)
         self.scored_rounds = 0
         self.history: Dict[str, list] = {key: [] for key in ("scores", "pairs", "personal", "uploads", "scored")}
+
+    @property
+    def extra(self) -> int:
+        """How many shared layers may become personal: K less the layers the base method keeps itself."""
+        return max(0, self.settings.top_k - len(self.own_personal))
 
     # ----- one round ----------------------------------------------------------------------------------------
     def observe(self, conflicts: Optional[torch.Tensor], pairs: Optional[torch.Tensor], uploads: int
