@@ -61,6 +61,19 @@ def test_k_counts_the_layers_the_base_method_keeps_personal(data_dir, tmp_path, 
     assert more.lag_selector.extra == 1
 
 
+def test_own_layers_are_those_the_client_trains_even_when_frozen_between_phases(data_dir, tmp_path):
+    """Upstream FedRep freezes its head after the head epochs: its optimiser still holds it, so it counts.
+    A head nothing trains (FedBABU's, frozen at its initial value) is not a personal layer."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "--lag_top_k", "1",
+                        "--lag_granularity", "module")
+    client = server.clients[0]
+    candidates = server.lag_layers
+    client.model.head.requires_grad_(False)
+    assert server._lag_own_personal_layers(client, candidates) == ["head"]
+    client.head_optimizer = None  # no optimiser holds the head any more
+    assert server._lag_own_personal_layers(client, candidates) == []
+
+
 def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3",
                         "--lag_schedule", "every_round", "--lag_granularity", "tensor")

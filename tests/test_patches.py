@@ -101,7 +101,7 @@ def check_personal_stayed_local(results: Path, stem: str, candidates: list, glob
     names = [n.decode() if isinstance(n, bytes) else n for n in h5["lag_layer_names"]]
     assert names == candidates
     personal = {n for n, keep in zip(names, h5["lag_personal"][-1]) if keep}
-    assert 1 <= len(personal) <= 2  # K = 2, and a tensor without any conflict is never chosen
+    assert 1 <= len(personal) <= 2  # 2 beyond the base method's own, and a tensor without conflict is never chosen
     trained = np.load(results / f"{stem}_trained.npz")
     sent = np.load(results / f"{stem}_broadcast.npz")
     params = sorted(k.split(":", 1)[1] for k in sent.files if k.startswith("client0:"))
@@ -148,7 +148,8 @@ def test_apply_run_both_algorithms_and_revert(checkout, capsys):
     # Single tensors as layers and the paper's rule: the mechanics of the patch, on a 3-module model.
     per_tensor = ("--lag_granularity", "tensor", "--lag_schedule", "every_round")
     runs = {"FedLAG": start(checkout, "FedLAG", "--lag_top_k", "2", *per_tensor),
-            "FedRep+LAG": start(checkout, "FedRep+LAG", "-jr", "0.75", "--lag_top_k", "2", *per_tensor),
+            # K counts FedRep's own head (2 tensors), so 4 adds two of the shared ones.
+            "FedRep+LAG": start(checkout, "FedRep+LAG", "-jr", "0.75", "--lag_top_k", "4", *per_tensor),
             "FedAvg": start(checkout, "FedAvg"),
             "Nope+LAG": start(checkout, "Nope+LAG")}
     done = {name: finish(p) for name, p in runs.items()}
@@ -162,11 +163,11 @@ def test_apply_run_both_algorithms_and_revert(checkout, capsys):
     full = ["base.fc1.weight", "base.fc1.bias", "base.fc2.weight", "base.fc2.bias", "head.weight", "head.bias"]
     check_personal_stayed_local(results, "Tiny_FedLAG_test_0", full, "")
     check_personal_stayed_local(results, "Tiny_FedRep+LAG_test_0", full[:4], "base.")  # head: FedRep's own
-    for stem, uploads in (("Tiny_FedLAG_test_0", 4), ("Tiny_FedRep+LAG_test_0", 3)):
+    for stem, uploads, top_k in (("Tiny_FedLAG_test_0", 4, 2), ("Tiny_FedRep+LAG_test_0", 3, 4)):
         h5 = read_h5(results / f"{stem}.h5")
         assert len(h5["rs_test_acc"]) == 3 and h5["lag_conflict_scores"].shape[0] == 3
         assert list(h5["lag_num_uploads"]) == [uploads] * 3
-        assert '"top_k": 2' in h5["attrs"]["lag"]
+        assert f'"top_k": {top_k}' in h5["attrs"]["lag"]
         # Upstream FedRep never resets uploaded_ids; the LAG server re-derives them from the uploads.
         sent = np.load(results / f"{stem}_broadcast.npz")
         assert list(sent["uploaded_ids"]) == list(sent["upload_owners"]) and len(sent["uploaded_ids"]) == uploads

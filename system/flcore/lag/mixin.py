@@ -228,9 +228,11 @@ class LayerConflictMixin:
         of ``client.model`` it does not share (FedRep's head), and the modules a client names in
         ``personal_layer_attrs`` (FedROD's personal head, which lives beside ``model``). Normalisation
         layers are not counted (FedBN keeps them personal; they rescale features, they are not a layer
-        FedLAG would choose instead of a convolution)."""
+        FedLAG would choose instead of a convolution). Upstream FedRep freezes its head after the head
+        epochs, so "trained" also takes the parameters a client optimiser holds."""
         shared = {name for layer in candidates for name in layer.tensors}
-        own = [n for n, p in _feature_parameters(client.model) if p.requires_grad and n not in shared]
+        trained = _trained_parameter_ids(client)
+        own = [n for n, p in _feature_parameters(client.model) if id(p) in trained and n not in shared]
         for attr in getattr(client, "personal_layer_attrs", ()):
             own += [f"{attr}.{n}" for n, _ in _feature_parameters(getattr(client, attr))]
         return [layer.name for layer in build_layers(own, self.lag.granularity)]
@@ -291,6 +293,17 @@ class LayerConflictMixin:
 
 
 _NORMALISATION = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+
+
+def _trained_parameter_ids(client) -> set:
+    """Parameters the client trains: those that take gradients now, and those any of its optimisers
+    hold (a method may freeze a part between phases of local training)."""
+    ids = {id(p) for p in client.model.parameters() if p.requires_grad}
+    for value in vars(client).values():
+        groups = getattr(value, "param_groups", None)  # an optimiser, torch's or one shaped like it
+        if isinstance(groups, list):
+            ids.update(id(p) for group in groups for p in group["params"])
+    return ids
 
 
 def _feature_parameters(module: nn.Module):

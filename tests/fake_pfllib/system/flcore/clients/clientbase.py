@@ -13,6 +13,7 @@ class PlainSGD(object):
     def __init__(self, params, lr):
         self.params = list(params)
         self.lr = lr
+        self.param_groups = [{"params": self.params, "lr": lr}]  # what callers read of an optimiser
 
     def zero_grad(self):
         for p in self.params:
