@@ -18,6 +18,7 @@ import torch
 
 import main
 from dataset import generate_AGNews, generate_Shakespeare
+from dataset.utils import release
 from dataset.generate_AGNews import from_csv_files
 from dataset.utils.client_files import TOKEN_INPUTS, read_client_arrays
 from dataset.utils.generate import DownloadError
@@ -156,7 +157,7 @@ def test_a_failed_download_names_source_and_removes_what_it_wrote(tmp_path, monk
     def no_network(url, filename):
         Path(filename).write_bytes(b"partial")
         raise URLError("[Errno 111] Connection refused")
-    monkeypatch.setattr(generate_AGNews.urllib.request, "urlretrieve", no_network)
+    monkeypatch.setattr(release.urllib.request, "urlretrieve", no_network)
     with pytest.raises(DownloadError, match="Connection refused.*pass --source"):
         generate_AGNews.download_release(tmp_path / "AGNews" / "rawdata")
     assert not (tmp_path / "AGNews").exists()

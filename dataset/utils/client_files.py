@@ -8,7 +8,8 @@ Each ``.npz`` holds two plain arrays, ``x`` and ``y`` (int64, N), so it loads wi
 
 * ``image`` (the default, and all PFLlib configs): float32, N x C x H x W, ``input_shape`` [C, H, W];
 * ``tokens``: int64 token ids, N x L, right-padded with id 0; ``input_shape`` is [L], and the config
-  also records ``vocab_size`` (every id is below it) and ``max_len`` (L).
+  also records ``vocab_size`` (every id is below it) and ``max_len`` (L);
+* ``vectors``: float32 feature vectors, N x D, ``input_shape`` [D].
 
 PFLlib's legacy files store one pickled dict under the key ``data``; :func:`read_client_arrays`
 still reads them, through an unpickler that accepts NumPy arrays and nothing else. Before any
@@ -37,7 +38,8 @@ CONFIG_NAME = "config.json"
 # The kinds of x a dataset folder may hold (config.json's "input_kind").
 IMAGE_INPUTS = "image"
 TOKEN_INPUTS = "tokens"
-INPUT_KINDS = (IMAGE_INPUTS, TOKEN_INPUTS)
+VECTOR_INPUTS = "vectors"  # float32 feature vectors, N x D (e.g. Amazon Review's bag of words, -m AmazonMLP)
+INPUT_KINDS = (IMAGE_INPUTS, TOKEN_INPUTS, VECTOR_INPUTS)
 
 
 class DatasetFileError(ValueError):

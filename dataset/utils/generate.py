@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -342,7 +343,7 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
     test_sizes: List[int] = []
     hashes: dict = {"train": [], "test": []}
     label_stats = []
-    for client_id, indices in enumerate(parts):
+    for client_id, indices in enumerate(terminal_progress(parts, f"writing {source or 'dataset'} clients")):
         train_idx, test_idx = split_train_test(indices, rng)
         label_map = label_maps[client_id % len(label_maps)]
         for split, idx in (("train", train_idx), ("test", test_idx)):
@@ -361,6 +362,15 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
     config.update(extra_config)
     write_config(work, config)
     return config
+
+
+def terminal_progress(items: Sequence, description: str) -> Iterable:
+    """``items``, with a progress bar when the output is a terminal (a large dataset writes for minutes);
+    unchanged in logs and pipes, which get the one summary line."""
+    if not sys.stdout.isatty():
+        return items
+    from tqdm import tqdm
+    return tqdm(items, desc=description, unit="client", leave=False)
 
 
 def folder_suggestion(base: str, options: PartitionOptions, default: PartitionOptions) -> str:
