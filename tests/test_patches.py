@@ -7,6 +7,7 @@ standard library only); the patched ``main.py`` runs in subprocesses from ``syst
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -248,9 +249,11 @@ def test_edited_block_or_lost_manifest_is_refused(checkout, capsys):
         assert code == 2 and "fedlag_patch.json is missing" in err
 
 
-def test_existing_file_with_other_content_is_refused(checkout, capsys):
+@pytest.mark.parametrize("content", [b"# someone's own FedLAG\n", None], ids=["other", "identical-unrecorded"])
+def test_existing_file_with_other_content_is_refused(checkout, capsys, content):
+    # An identical copy the installer did not record is refused too: --revert would remove it.
     target = checkout / "system/flcore/servers/serverfedlag.py"
-    target.write_text("# someone's own FedLAG\n")
+    target.write_bytes(content or (REPO / "patches/pfllib/serverfedlag.py").read_bytes())
     before = snapshot(checkout, with_times=True)
     code, _, err = install(capsys, checkout)
     assert code == 2 and "system/flcore/servers/serverfedlag.py" in err
@@ -258,17 +261,22 @@ def test_existing_file_with_other_content_is_refused(checkout, capsys):
 
 
 def test_dispatch_reader_finds_upstream_branches():
-    hook = installer.load_hook_module()
+    hook = installer.hook
     source = (FAKE / "system/main.py").read_text()
-    assert hook.find_dispatch(source) == {"FedAvg": ("FedAvg",), "FedRep": ("FedRep",)}
-    variant = 'def run(args):\n    if "X" == args.algorithm:\n        server = m.X(args, 0)\n' \
-              '    elif args.algorithm in ("Y", "Z"):\n        server = Y(args, 0)\n'
-    assert hook.find_dispatch(variant) == {"X": ("m", "X"), "Y": ("Y",), "Z": ("Y",)}
+    assert hook.dispatch(source) == {"FedAvg": "FedAvg", "FedRep": "FedRep"}
+    # Upstream's other spellings: single quotes, a class named unlike the algorithm, a branch with no server.
+    variant = ('def run(args):\n    if args.algorithm == "LG-FedAvg":\n        args.head = 1\n'
+               '        server = LG_FedAvg(args, i)\n\n    elif args.algorithm == \'FedCAC\':  # mine\n'
+               '        server = FedCAC(args, i)\n    elif args.algorithm == "Broken":\n        pass\n'
+               '    else:\n        raise NotImplementedError\n    server.train()\n')
+    assert hook.dispatch(variant) == {"LG-FedAvg": "LG_FedAvg", "FedCAC": "FedCAC"}
     assert hook.base_algorithm("FedLAG") == "FedAvg" and hook.base_algorithm("FedRep+LAG") == "FedRep"
     assert hook.base_algorithm("FedRep") is None
 
 
-def test_second_apply_refreshes_files_from_an_older_install(checkout, capsys):
+@pytest.mark.parametrize("earlier_format", [False, True], ids=["manifest", "earlier-manifest-format"])
+def test_second_apply_refreshes_files_from_an_older_install(checkout, capsys, earlier_format):
+    original = snapshot(checkout)
     assert install(capsys, checkout)[0] == 0
     glue = checkout / "system/flcore/lag_pfllib.py"
     current = glue.read_bytes()
@@ -276,15 +284,32 @@ def test_second_apply_refreshes_files_from_an_older_install(checkout, capsys):
     manifest = manifest_path.read_text()
     older = b"# an older lag_pfllib.py\n"
     glue.write_bytes(older)  # as if an older version of the patch had installed this
-    manifest_path.write_text(manifest.replace(installer.sha256(current), installer.sha256(older)))
+    older_manifest = json.loads(manifest.replace(installer.sha256(current), installer.sha256(older)))
+    if earlier_format:  # the manifest that earlier versions of the installer wrote
+        older_manifest = {"format": 1, "files": older_manifest["files"], "adopted": [],
+                          "dirs": older_manifest["folders"], "main": {
+                              "path": installer.MAIN, "block": older_manifest["block"],
+                              "sha256_before": older_manifest["main_py_before"], "sha256_after": "0" * 64}}
+    manifest_path.write_text(json.dumps(older_manifest))
     code, out, _ = install(capsys, checkout)
     assert code == 0 and "update  system/flcore/lag_pfllib.py" in out
     assert glue.read_bytes() == current and manifest_path.read_text() == manifest
+    code, out, _ = install(capsys, checkout, "--revert")
+    assert code == 0 and "byte for byte" in out and snapshot(checkout) == original
+
+
+class Plain:
+    """A server class for the hook test."""
+
+
+def report_run(args):
+    """A stand-in for main.py's run: what its branch would see."""
+    return args.algorithm == "FedAvg", str(args.algorithm), FedAvg  # noqa: F821 (FedAvg: the namespace's)
 
 
 def test_hook_defers_to_own_branches_and_refuses_clearly(tmp_path):
     import argparse
-    hook = installer.load_hook_module()
+    hook = installer.hook
     main_py = tmp_path / "main.py"
     main_py.write_text('def run(args):\n    if args.algorithm == "FedLAG":\n        server = Mine(args, 0)\n'
                        '    elif args.algorithm == "FedAvg":\n        server = FedAvg(args, 0)\n')
@@ -296,6 +321,16 @@ def test_hook_defers_to_own_branches_and_refuses_clearly(tmp_path):
     assert args.lag_top_k == 3 and args.lag_schedule == "smoothed" and args.lag_granularity == "module"
     assert namespace["run"](argparse.Namespace(algorithm="FedLAG")) == "ran FedLAG"  # the user's own branch
     assert namespace["run"](argparse.Namespace(algorithm="FedAvg")) == "ran FedAvg"
+
+    # X+LAG: run's own code takes X's branch and builds the LAG class; main.py's globals and args are unchanged.
+    namespace = dict(namespace, FedAvg=Plain, run=report_run)
+    hook.install_lag(parser, namespace)
+    args = argparse.Namespace(algorithm="FedAvg+LAG")
+    took_branch, name, server_class = namespace["run"](args)
+    assert took_branch and name == "FedAvg+LAG" and server_class.__name__ == "Plain_LAG"
+    assert [c.__name__ for c in server_class.__mro__[1:]] == ["LayerConflictMixin", "Plain", "UpstreamCompat",
+                                                              "Plain", "object"]  # the glue class is named after X
+    assert namespace["FedAvg"] is Plain and args.algorithm == "FedAvg+LAG" and type(args.algorithm) is str
     with pytest.raises(SystemExit, match="no branch for 'FedRep'.*FedAvg\\+LAG"):
         namespace["run"](argparse.Namespace(algorithm="FedRep+LAG"))
     with pytest.raises(SystemExit, match="Local shares no parameters"):
@@ -333,12 +368,11 @@ def test_a_write_error_part_way_changes_nothing_and_a_retry_installs_and_reverts
     failed = installer_with_file_size_limit(sizes[largest] - 1, str(checkout))
     assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
     assert failed.stderr.splitlines() == [f"apply_pfllib.py: refusing, nothing changed: cannot write {largest} "
-                                          "(File too large); is the checkout read-only, or is a path of it on a "
-                                          "full disk? Fix that and run again"]
+                                          "(File too large); fix that and run again"]
     assert tree(checkout) == original  # byte for byte, modes and times; no folder or temporary file left
 
-    code, out, _ = install(capsys, checkout)  # the retry creates every file (none "adopted")
-    assert code == 0 and "adopt" not in out and all(f" create  {rel}" in out for rel in sizes)
+    code, out, _ = install(capsys, checkout)  # the retry creates every file
+    assert code == 0 and all(f" create  {rel}" in out for rel in sizes)
     patched = tree(checkout)
     failed = installer_with_file_size_limit(100, "--revert", str(checkout))  # main.py cannot be rewritten
     assert failed.returncode == 2 and failed.stderr.startswith(
@@ -352,11 +386,11 @@ def test_a_write_error_part_way_changes_nothing_and_a_retry_installs_and_reverts
 
 @pytest.mark.parametrize("make_unwritable, named", [
     (lambda root: (root / "system/flcore/servers/serverfedlag.py").mkdir(),
-     "system/flcore/servers/serverfedlag.py is a folder where the patch installs a file"),
+     "cannot read system/flcore/servers/serverfedlag.py (Is a directory)"),
     (lambda root: (root / "system/flcore/lag").write_text("not a folder\n"),
-     "system/flcore/lag is a file where the patch needs a folder"),
+     "cannot write system/flcore/lag/__init__.py (Not a directory)"),
     (lambda root: (root / installer.MANIFEST).mkdir(),
-     "system/flcore/fedlag_patch.json is a folder where the patch installs a file"),
+     "cannot read system/flcore/fedlag_patch.json (Is a directory)"),
 ], ids=["target-is-a-folder", "target-under-a-file", "manifest-is-a-folder"])
 def test_a_target_that_cannot_be_written_is_refused_and_nothing_changes(checkout, capsys, make_unwritable, named):
     make_unwritable(checkout)

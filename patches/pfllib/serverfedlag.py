@@ -15,8 +15,6 @@ from flcore.servers.serveravg import FedAvg
 
 
 class FedLAG(LayerConflictMixin, UpstreamCompat, FedAvg):
-    lag_label = "FedLAG"
-
     def set_clients(self, clientObj):
         # Upstream FedAvg.__init__ calls set_clients(clientAVG); FedLAG's clients are the same.
         super().set_clients(clientFedLAG if clientObj is clientAVG else clientObj)
