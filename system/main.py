@@ -58,8 +58,21 @@ def run(args) -> None:
         summaries.append(s)
         print(f"best accuracy {s.best:.4f} | final {s.final:.4f} | {last_k_label(s)} {s.last_k_mean:.4f} | "
               f"{time.perf_counter() - start:.1f} s | results in {display_path(server.results_file())}")
+        optional = optional_statistics_line(s)
+        if optional:
+            print(optional)
     if len(summaries) > 1:
         print(f"\n{over_runs_line(summaries)}")
+
+
+def optional_statistics_line(summary: AccuracySummary) -> str:
+    """The statistics of --val_ratio and --eval_after_training, for the runs made with them."""
+    parts = []
+    if not np.isnan(summary.test_at_best_val):
+        parts.append(f"test accuracy at the best validation round {summary.test_at_best_val:.4f}")
+    if not np.isnan(summary.after_final):
+        parts.append(f"after local training: best {summary.after_best:.4f} | final {summary.after_final:.4f}")
+    return " | ".join(parts)
 
 
 def last_k_label(summary: AccuracySummary) -> str:

@@ -45,9 +45,10 @@ import numpy as np  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from reporting.grouping import Group, group_runs  # noqa: E402
 from reporting.runs import find_runs, load_runs  # noqa: E402
-from reporting.statistics import STATISTICS, recorded_last_k  # noqa: E402
+from reporting.statistics import recorded_last_k  # noqa: E402
 from reporting.tables import (SUMMARY_FIELDS, csv_table, markdown_table, models_note,  # noqa: E402
-                              not_available_note, personal_frequency, seeds_note, settings_note, summary_rows,
+                              not_available_note, personal_frequency, seeds_note, settings_note, shown_statistics,
+                              summary_rows,
                               table_layout)
 from utils.paths import display_path  # noqa: E402
 
@@ -163,7 +164,8 @@ def tables_markdown(groups: List[Group], last_k: Optional[int] = None) -> str:
     any settings that differ between runs averaged together (those between columns or rows are in their
     labels). ``last_k``: default :func:`~reporting.statistics.recorded_last_k` of the runs."""
     last_k = recorded_last_k([r for g in groups for r in g.runs], last_k)
-    tables = [f"## {s.heading(last_k)}\n\n{markdown_table(groups, s.name, last_k=last_k)}\n\n" for s in STATISTICS]
+    tables = [f"## {s.heading(last_k)}\n\n{markdown_table(groups, s.name, last_k=last_k)}\n\n"
+              for s in shown_statistics(groups, last_k)]
     notes = " ".join(n for n in (seeds_note(groups), models_note(groups), settings_note(groups),
                                  not_available_note(groups, last_k)) if n)
     return "".join(tables) + f"{notes}\n"

@@ -19,11 +19,11 @@ from torch import nn
 
 from flcore.clients.clientbase import Client
 from utils import progress
-from utils.data_utils import DatasetInfo, load_client_data
+from utils.data_utils import DatasetInfo, load_client_splits
 from utils.paths import REPO_ROOT, SYSTEM_DIR
 
-EXECUTORS = ("sequential", "ray")
-_DATA_ATTRS = ("train_data", "test_data")
+EXECUTORS = ("sequential", "ray", "batched")
+_DATA_ATTRS = ("train_data", "test_data", "val_data")
 
 
 class SequentialExecutor:
@@ -74,18 +74,18 @@ class _ClientWorker:
     """A Ray actor: loads each client's data once, then trains whatever client state it is sent."""
 
     def __init__(self, info: DatasetInfo, device: str, num_classes: int, few_shot: int, channels_last: bool,
-                 threads: int):
+                 threads: int, val_ratio: float = 0.0):
         torch.set_num_threads(threads)
         self.info, self.device = info, torch.device(device)
-        self.num_classes, self.few_shot, self.channels_last = num_classes, few_shot, channels_last
+        self.splits = dict(num_classes=num_classes, few_shot=few_shot, channels_last=channels_last,
+                           val_ratio=val_ratio)
         self.data: Dict[int, tuple] = {}
 
     def _client_data(self, client_id: int) -> tuple:
+        """The client's train and test data, split as the server split them (--val_ratio included)."""
         if client_id not in self.data:
-            load = lambda split, shots: load_client_data(  # noqa: E731
-                self.info, client_id, split, self.device, num_classes=self.num_classes, few_shot=shots,
-                channels_last=self.channels_last)
-            self.data[client_id] = (load("train", self.few_shot), load("test", 0))
+            train, test, _ = load_client_splits(self.info, client_id, self.device, **self.splits)
+            self.data[client_id] = (train, test)
         return self.data[client_id]
 
     def pid(self) -> int:
@@ -125,7 +125,7 @@ class RayExecutor:
         channels_last = server.clients[0].train_data.x.is_contiguous(memory_format=torch.channels_last) \
             and not server.clients[0].train_data.x.is_contiguous()
         self.actor_args = (server.data_info, str(server.device), args.num_classes, args.few_shot,
-                           channels_last, torch.get_num_threads())
+                           channels_last, torch.get_num_threads(), server.val_ratio)
         self.workers = [self._new_actor() for _ in range(workers)]
 
     def _new_actor(self):
@@ -275,4 +275,7 @@ def make_executor(server, args):
     if kind == "ray":
         return RayExecutor(server, args.workers, args.ray_address, args.gpus_per_worker,
                            getattr(args, "ray_timeout", 0.0))
+    if kind == "batched":
+        from flcore.batched.executor import BatchedExecutor  # torch.func only when asked for
+        return BatchedExecutor(server, getattr(args, "batch_clients", 0))
     raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")

@@ -71,6 +71,9 @@ def text_vocab_size(args: argparse.Namespace, info: DatasetInfo):
     past the embedding table would crash training). Also refuses a non-text model on token ids, and a
     ``-ml`` shorter than the dataset's sequences. Datasets of other inputs keep ``-vs`` as given."""
     if info.input_kind != TOKEN_INPUTS:
+        if args.model in TEXT_MODELS:
+            raise ConfigError(f"model {args.model} takes token ids, and {args.dataset} holds {info.input_kind} "
+                              f"inputs; choose a model for them (-m CNN for images, AmazonMLP for vectors)")
         return args.vocab_size
     if args.model not in TEXT_MODELS:
         raise ConfigError(f"model {args.model} does not take token ids, and {args.dataset} holds texts; "

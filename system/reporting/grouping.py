@@ -14,7 +14,7 @@ import numpy as np
 from dataset.utils.naming import PARTITION_SUFFIX, partition_from_config, partition_from_name
 from flcore.registry import lag_base
 from reporting.runs import Run
-from reporting.statistics import STATISTICS
+from reporting.statistics import ALL_STATISTICS
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR, recorded_location
 from utils.run_identity import NON_IDENTIFYING_FLAGS
@@ -78,14 +78,15 @@ class Group:
 
     def stats(self, last_k: int = DEFAULT_LAST_K) -> Dict[str, float]:
         """Mean and population std (``np.std``, as PFLlib) over runs of each statistic in
-        :data:`~reporting.statistics.STATISTICS`: ``best_mean``, ``best_std``, ... ``client_std_std``.
+        :data:`~reporting.statistics.ALL_STATISTICS`: ``best_mean``, ``best_std``, ... ``client_std_std``,
+        then the optional ones (``at_best_val_mean`` ...), NaN for runs made without their flag.
 
         A statistic some run could not compute (no per-client accuracies) is NaN for the group: a mean
         over only some of the seeds would not be comparable with the other cells.
         """
         summaries = [r.summary(last_k) for r in self.runs]
         out = {}
-        for statistic in STATISTICS:
+        for statistic in ALL_STATISTICS:
             values = np.array([getattr(s, statistic.run_field) for s in summaries], dtype=float)
             out[f"{statistic.name}_mean"], out[f"{statistic.name}_std"] = float(np.mean(values)), float(np.std(values))
         return out

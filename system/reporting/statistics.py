@@ -19,6 +19,8 @@ class Statistic:
     caption: str       # the table's heading; "{k}" is the last-k count
     column: str        # the CSV column suffix; "{k}" likewise
     higher_is_better: bool = True  # which end of a column is bold
+    # Shown only when some run recorded it (the series of an optional flag such as --val_ratio).
+    optional: bool = False
 
     def heading(self, last_k: int) -> str:
         return self.caption.format(k=last_k)
@@ -38,7 +40,16 @@ STATISTICS = (
               "Std over clients of the final accuracy (percentage points; lower = more even)", "final client std",
               higher_is_better=False),
 )
-BY_NAME = {s.name: s for s in STATISTICS}
+OPTIONAL_STATISTICS = (
+    Statistic("at_best_val", "test_at_best_val",
+              "Test accuracy at the best validation evaluation (%) (--val_ratio: the round is chosen on "
+              "held-out train data, not on the test set)", "test at best val", optional=True),
+    Statistic("after_final", "after_final",
+              "Final accuracy after local training (%) (--eval_after_training: the last round's trained "
+              "clients, after their local training)", "final after training", optional=True),
+)
+ALL_STATISTICS = STATISTICS + OPTIONAL_STATISTICS
+BY_NAME = {s.name: s for s in ALL_STATISTICS}
 
 
 def recorded_last_k(runs: Sequence[Run], asked: Optional[int] = None) -> int:

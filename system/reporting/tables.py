@@ -10,7 +10,7 @@ import numpy as np
 from reporting.grouping import (Group, Partition, algorithm_sort_key, common_settings, dataset_sort_key,
                                 differing_flags, flag_names, settings_text, varying_within)
 from reporting.runs import Run
-from reporting.statistics import BY_NAME, STATISTICS
+from reporting.statistics import BY_NAME, OPTIONAL_STATISTICS, STATISTICS, Statistic
 from utils.accuracy_summary import DEFAULT_LAST_K
 
 
@@ -171,22 +171,31 @@ def models_note(groups: Sequence[Group]) -> str:
     return "Models: " + "; ".join(f"{label}: {'/'.join(m)}" for label, m in per_column.items()) + "."
 
 
+def shown_statistics(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> Tuple[Statistic, ...]:
+    """The statistics a report shows: every standard one, and each optional one (``--val_ratio``,
+    ``--eval_after_training``) that some cell has a value for."""
+    present = [s for s in OPTIONAL_STATISTICS
+               if any(not np.isnan(g.stats(last_k)[f"{s.name}_mean"]) for g in groups)]
+    return STATISTICS + tuple(present)
+
+
 def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[List[str]]:
     """Table 1 layout for a spreadsheet: one row per algorithm; per column one cell per statistic
-    (best, final, last-k mean, final worst-10%, final client std)."""
+    (best, final, last-k mean, final worst-10%, final client std, and the optional ones recorded)."""
     rows, columns, cells = table_layout(groups)
-    header = ["method"] + [f"{c.label} {s.column_name(last_k)}" for c in columns for s in STATISTICS]
+    statistics = shown_statistics(groups, last_k)
+    header = ["method"] + [f"{c.label} {s.column_name(last_k)}" for c in columns for s in statistics]
     out = [header]
     for r in rows:
         line = [r.label]
         for c in columns:
             g = cells.get((r, c))
             if g is None:
-                line += [""] * len(STATISTICS)
+                line += [""] * len(statistics)
             else:
                 stats = g.stats(last_k)
                 line += [format_cell(stats[f"{s.name}_mean"], stats[f"{s.name}_std"], len(g.runs))
-                         for s in STATISTICS]
+                         for s in statistics]
         out.append(line)
     return out
 

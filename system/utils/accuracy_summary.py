@@ -27,9 +27,22 @@ class AccuracySummary:
     clients: int               # clients in the final evaluation (0: no per-client accuracies recorded)
     final_client_std: float    # population std of the clients' final accuracies (PFLlib's "Std")
     final_worst10_mean: float  # mean final accuracy of the worst_count(clients) lowest clients
+    # With --val_ratio: the test accuracy at the evaluation of highest validation accuracy (the first such),
+    # i.e. "best" without choosing the round on the test set. NaN without a validation series.
+    test_at_best_val: float = float("nan")
+    # With --eval_after_training: the same best and final of the series after local training (the
+    # round's trained clients). NaN without it.
+    after_best: float = float("nan")
+    after_final: float = float("nan")
 
     def as_attrs(self) -> dict:
-        return asdict(self)
+        """The fields, less the optional statistics the run has no series for (so the ``.h5`` of a run
+        without --val_ratio or --eval_after_training reads as before they existed)."""
+        return {k: v for k, v in asdict(self).items() if not (k in OPTIONAL_FIELDS and np.isnan(v))}
+
+
+# Fields computed only from the series of an optional flag.
+OPTIONAL_FIELDS = ("test_at_best_val", "after_best", "after_final")
 
 
 def worst_count(clients: int) -> int:
@@ -41,9 +54,12 @@ def worst_count(clients: int) -> int:
 
 
 def summarize_accuracy(accuracy: Sequence[float], final_client_accuracy: Optional[Sequence[float]],
-                       last_k: int = DEFAULT_LAST_K) -> AccuracySummary:
+                       last_k: int = DEFAULT_LAST_K, validation: Optional[Sequence[float]] = None,
+                       after_training: Optional[Sequence[float]] = None) -> AccuracySummary:
     """The summary of one run from its accuracy per evaluation (sample-weighted over clients, as
-    ``rs_test_acc``) and each client's accuracy at the final evaluation (None when not recorded).
+    ``rs_test_acc``) and each client's accuracy at the final evaluation (None when not recorded);
+    ``validation`` (one per evaluation) and ``after_training`` are the optional series of ``--val_ratio``
+    and ``--eval_after_training``.
 
     ``last_k`` counts evaluations, not rounds (with ``-eg 5`` the last 10 evaluations span 50 rounds);
     a run with fewer evaluations averages all of them.
@@ -51,6 +67,7 @@ def summarize_accuracy(accuracy: Sequence[float], final_client_accuracy: Optiona
     if last_k < 1:
         raise ValueError(f"last_k must be >= 1, got {last_k}")
     series = np.asarray(accuracy, dtype=float).ravel()
+    after = np.asarray(after_training if after_training is not None else [], dtype=float).ravel()
     count = min(last_k, len(series))
     nan = float("nan")
     clients = np.sort(np.asarray(final_client_accuracy if final_client_accuracy is not None else [], dtype=float))
@@ -64,7 +81,18 @@ def summarize_accuracy(accuracy: Sequence[float], final_client_accuracy: Optiona
         clients=len(clients),
         final_client_std=float(np.std(clients)) if len(clients) else nan,
         final_worst10_mean=float(np.mean(clients[:worst])) if worst else nan,
+        test_at_best_val=_at_best(series, validation),
+        after_best=float(np.max(after)) if len(after) else nan,
+        after_final=float(after[-1]) if len(after) else nan,
     )
+
+
+def _at_best(series: np.ndarray, validation: Optional[Sequence[float]]) -> float:
+    """``series`` at the first maximum of ``validation`` (NaN unless both have one value per evaluation)."""
+    values = np.asarray(validation if validation is not None else [], dtype=float).ravel()
+    if len(values) == 0 or len(values) != len(series) or np.isnan(values).all():
+        return float("nan")
+    return float(series[int(np.nanargmax(values))])
 
 
 def final_client_accuracy(arrays: Mapping[str, object]) -> Optional[np.ndarray]:
@@ -88,4 +116,5 @@ def final_client_accuracy(arrays: Mapping[str, object]) -> Optional[np.ndarray]:
 def summary_from_arrays(arrays: Mapping[str, object], last_k: int = DEFAULT_LAST_K) -> AccuracySummary:
     """:func:`summarize_accuracy` of a run's ``rs_test_acc`` and ``rs_client_acc`` (a server's history or
     the arrays read back from its ``.h5``)."""
-    return summarize_accuracy(arrays.get("rs_test_acc", []), final_client_accuracy(arrays), last_k)
+    return summarize_accuracy(arrays.get("rs_test_acc", []), final_client_accuracy(arrays), last_k,
+                              validation=arrays.get("rs_val_acc"), after_training=arrays.get("rs_after_test_acc"))

@@ -11,7 +11,7 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterator, List, Mapping, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -56,6 +56,17 @@ class ClientData:
         for start in range(0, len(self), batch_size):
             yield self.x[start:start + batch_size], self.y[start:start + batch_size]
 
+    def split_off(self, fraction: float, seed: Sequence[int]) -> Tuple["ClientData", "ClientData"]:
+        """``(rest, held out)``: ``round(fraction * N)`` samples drawn by ``seed`` are held out (at least
+        one, and at least one is left); both parts keep the file order, so the rest trains as the whole
+        would with its samples removed."""
+        n = len(self)
+        count = min(max(1, round(fraction * n)), n - 1)
+        held = np.zeros(n, dtype=bool)
+        held[np.random.default_rng(list(seed)).choice(n, size=count, replace=False)] = True
+        keep = torch.as_tensor(~held, device=self.y.device)
+        return ClientData(self.x[keep], self.y[keep]), ClientData(self.x[~keep], self.y[~keep])
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -95,10 +106,18 @@ def generate_command(name: str, num_clients: int, data_root: Optional[Path] = No
 IMAGE_SOURCE = "--source FILE.npz holding uint8 x and labels y"
 OFFLINE_SOURCES = {
     "AGNews": "--source FILE.csv, the CSV release's rows: class index, title, description",
+    "SogouNews": "--source sogou_news_csv.tgz, its unpacked folder (train.csv, test.csv) or one CSV",
     "Shakespeare": "--source FILE.json, LEAF's preprocessed Shakespeare (required: it is never downloaded)",
+    "FEMNIST": "--source FILE.json, LEAF's preprocessed FEMNIST (required: it is never downloaded)",
+    "HAR": "--source 'UCI HAR Dataset.zip' or its unpacked folder",
+    "PAMAP2": "--source PAMAP2_Dataset.zip or its unpacked folder",
+    "TinyImagenet": "--source tiny-imagenet-200.zip, its unpacked folder, or an .npz of uint8 x and labels y",
+    "Digit5": "--source FOLDER holding mnist.npz, mnistm.npz, svhn.npz, syn.npz and usps.npz",
 }
-# Datasets split by who wrote the data (one client per speaker), not by label.
-NATURAL_SPLITS = ("Shakespeare",)
+# Datasets split by who made the data (one client per speaker, writer or subject), not by label.
+NATURAL_SPLITS = ("Shakespeare", "FEMNIST", "HAR", "PAMAP2")
+# Generators whose default split is not PFLlib's Dirichlet one (Digit5: IID within each domain).
+DEFAULT_SPLITS = {"Digit5": {"non_iid": False, "partition": "iid"}}
 
 
 def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
@@ -162,6 +181,7 @@ def _split_from_name(name: str, num_clients: int) -> dict:
     split: dict = {"num_clients": num_clients}
     if base in NATURAL_SPLITS:
         split["partition"] = "natural"
+    split.update(DEFAULT_SPLITS.get(base, {}))
     if base is None or name == base:
         return split
     words = name[len(base) + 1:].split("-")
@@ -386,6 +406,33 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
         x, y = x[keep], y[keep]
     x_t = inputs_tensor(x, info.input_kind, channels_last)
     return ClientData(x_t.to(device), torch.as_tensor(y.astype(np.int64)).to(device))
+
+
+# Seeds the choice of each client's --val_ratio samples (with the client id), apart from every other stream.
+VALIDATION_STREAM = 0x7a1
+
+
+def load_client_splits(info: DatasetInfo, client_id: int, device: torch.device, *, num_classes: int,
+                       few_shot: int = 0, channels_last: bool = False, val_ratio: float = 0.0
+                       ) -> Tuple[ClientData, ClientData, Optional[ClientData]]:
+    """``(train, test, validation)`` of one client: its two files, and with ``val_ratio`` > 0 that fraction
+    of the train samples held out as validation (None otherwise). The held-out samples depend only on the
+    client, the same for every seed, so seeds vary the model and not the data."""
+    def load(split: str, shots: int) -> ClientData:
+        return load_client_data(info, client_id, split, device, num_classes=num_classes, few_shot=shots,
+                                channels_last=channels_last)
+
+    train, test = load("train", few_shot), load("test", 0)
+    if len(train) == 0 or len(test) == 0:
+        raise DatasetError(f"client {client_id} of {info.name} has {len(train)} train and {len(test)} test "
+                           f"samples; every client needs at least one of each")
+    if val_ratio <= 0:
+        return train, test, None
+    if len(train) < 2:
+        raise DatasetError(f"client {client_id} of {info.name} has 1 train sample, too few to hold out a "
+                           f"validation set (--val_ratio {val_ratio})")
+    train, val = train.split_off(val_ratio, seed=(VALIDATION_STREAM, client_id))
+    return train, test, val
 
 
 def _first_per_label(y: np.ndarray, k: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""What a dataset's inputs are (images or token ids), checked against its config and its files.
+"""What a dataset's inputs are (images, token ids or feature vectors), checked against its config and its files.
 
 The kinds and their on-disk form are defined in ``dataset/utils/client_files.py``. Each check here
 returns the problem as text (None when there is none); :mod:`utils.data_utils` turns it into a
@@ -11,11 +11,11 @@ from typing import Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from dataset.utils.client_files import IMAGE_INPUTS, INPUT_KINDS, TOKEN_INPUTS, input_kind
+from dataset.utils.client_files import IMAGE_INPUTS, INPUT_KINDS, TOKEN_INPUTS, VECTOR_INPUTS, input_kind
 
 # The shape of one input, per kind: its rank, and how messages spell it.
-SAMPLE_RANK = {IMAGE_INPUTS: 3, TOKEN_INPUTS: 1}
-SAMPLE_FORM = {IMAGE_INPUTS: "(C, H, W)", TOKEN_INPUTS: "(L,)"}
+SAMPLE_RANK = {IMAGE_INPUTS: 3, TOKEN_INPUTS: 1, VECTOR_INPUTS: 1}
+SAMPLE_FORM = {IMAGE_INPUTS: "(C, H, W)", TOKEN_INPUTS: "(L,)", VECTOR_INPUTS: "(D,)"}
 
 
 def _whole(value) -> bool:
@@ -35,7 +35,7 @@ def config_inputs(config: Mapping, shape: Sequence[int]) -> Tuple[str, Optional[
                 if kind == IMAGE_INPUTS else "")
         return kind, None, (f"inputs of kind {kind} must have shape {SAMPLE_FORM[kind]}, but input_shape is "
                             f"{list(shape)}{hint}")
-    if kind == IMAGE_INPUTS:
+    if kind != TOKEN_INPUTS:
         return kind, None, None
     vocab_size = config.get("vocab_size")
     if not _whole(vocab_size) or vocab_size < 2:

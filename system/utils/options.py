@@ -105,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "end-of-run line). K counts evaluations, not rounds: with -eg 5 the last 10 evaluations "
                         "span 50 rounds; a run with fewer evaluations averages all of them. Changes what is "
                         "reported, never what is trained")
+    p.add_argument("--val_ratio", type=float, default=0.0,
+                   help="hold out this fraction of each client's train data (the same samples for every seed) "
+                        "as a validation set, evaluated with the test set; reports then also give the test "
+                        "accuracy at the evaluation with the best validation accuracy, so the round is not "
+                        "chosen on the test set (0 = none)")
+    p.add_argument("--eval_after_training", action="store_true",
+                   help="also evaluate the round's trained clients after local training (rs_after_* in the "
+                        ".h5), beside PFLlib's evaluation after the broadcast")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="write TensorBoard event files under <results>/tensorboard/<run>/ (needs the "
+                        "tensorboard package)")
     boolean("-ab", "--auto_break", "stop when the best accuracy is -tc evaluations old")
     flag("-nnc", "--num_new_clients", type=int, default=0, help="clients nc..nc+nnc-1 held out")
     flag("-ften", "--fine_tuning_epoch_new", type=int, default=0, help="new-client fine-tuning epochs")
@@ -117,8 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint_every", type=int, default=0,
                    help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
     boolean("-rs", "--resume", "continue from the newest checkpoint of the same run (same flags)")
-    p.add_argument("--executor", default="sequential", choices=("sequential", "ray"),
-                   help="how selected clients train: one after another, or in parallel on Ray workers")
+    p.add_argument("--executor", default="sequential", choices=("sequential", "ray", "batched"),
+                   help="how selected clients train: one after another, in parallel on Ray workers, or batched: "
+                        "together, one vmapped step for all (plain-SGD algorithms; equal to sequential up to "
+                        "float rounding)")
+    p.add_argument("--batch_clients", type=int, default=0,
+                   help="--executor batched: clients trained together per group (0 = all of the round's)")
     p.add_argument("--ray_address", default="", help="Ray cluster to join: 'auto' or host:port (default: empty, which starts a local Ray)")
     p.add_argument("--workers", type=int, default=2, help="Ray workers (actors)")
     p.add_argument("--gpus_per_worker", type=float, default=0.0, help="GPUs reserved per Ray worker")
@@ -194,10 +209,12 @@ def validate(args: argparse.Namespace) -> List[str]:
     need(0 <= args.prev < args.times, f"-pv/--prev must be in [0, -t), got {args.prev} with -t {args.times}")
     need(args.num_new_clients >= 0, f"-nnc must be >= 0, got {args.num_new_clients}")
     need(args.few_shot >= 0, f"-fs/--few_shot must be >= 0, got {args.few_shot}")
+    need(0 <= args.val_ratio < 1, f"--val_ratio must be in [0, 1), got {args.val_ratio}")
     need(args.num_classes is None or args.num_classes >= 2, f"-ncl must be >= 2, got {args.num_classes}")
     need(args.workers >= 1, f"--workers must be >= 1, got {args.workers}")
     need(args.gpus_per_worker >= 0, f"--gpus_per_worker must be >= 0, got {args.gpus_per_worker}")
     need(args.ray_timeout >= 0, f"--ray_timeout must be >= 0 seconds (0 = no limit), got {args.ray_timeout}")
+    need(args.batch_clients >= 0, f"--batch_clients must be >= 0 (0 = all of a round's clients), got {args.batch_clients}")
     need(args.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     need(args.vocab_size is None or args.vocab_size >= 2,
          f"-vs/--vocab_size must be >= 2 (the padding id 0 and a token), got {args.vocab_size}")
@@ -257,6 +274,11 @@ def setup_problems(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     if args.executor == "ray" and not ray_installed():
         problems.append("--executor ray needs Ray, which is not installed: pip install -r "
                         "requirements-distributed.txt (or run with --executor sequential)")
+    if args.executor == "batched":
+        from flcore.batched.support import batched_problem
+        problem = batched_problem(args.algorithm, args.model)
+        if problem:
+            problems.append(problem)
     if not (0 < args.join_ratio <= 1 and 0 <= args.client_drop_rate < 1 and args.num_clients >= 1):
         return problems, warnings  # already refused by validate()
     # The same arithmetic as Server.__init__ and Server.receive_models.

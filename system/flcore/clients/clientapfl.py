@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from flcore.aggregation import copy_into
+from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.training.personal import interpolate, parameter_views
 
@@ -71,7 +71,9 @@ class clientAPFL(Client):
             self.mixing.alpha.clamp_(0.0, 1.0)
 
     def fine_tune(self, epochs: int) -> None:
-        """A new client learns v and alpha (and adapts w) with APFL's own updates."""
+        """A new client learns v and alpha (and adapts w) with APFL's own updates; v starts as the
+        received global model (it has no local model of its own yet)."""
+        copy_into(self.model_local, named_tensors(self.model))
         self.model.train()
         self.begin_local_training()
         self.run_epochs(epochs, self.local_loss)

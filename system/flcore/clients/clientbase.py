@@ -15,7 +15,7 @@ of a :class:`BaseHeadSplit`), and :meth:`shares` can exclude single tensors (Fed
 from __future__ import annotations
 
 import copy
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -50,6 +50,8 @@ class Client:
     # Modules beside ``model`` that are personal layers of the prediction (FedROD's personal head).
     # FedLAG's K counts them with the parameters of ``model`` the method does not share.
     personal_layer_attrs: Tuple[str, ...] = ()
+    # Held out of the train data by --val_ratio (set by the server), for choosing the best round.
+    val_data: Optional[ClientData] = None
 
     def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
         self.args = args
@@ -148,10 +150,11 @@ class Client:
         return self.model
 
     @torch.inference_mode()
-    def test_metrics(self) -> ClientTestStats:
+    def test_metrics(self, data: Optional[ClientData] = None) -> ClientTestStats:
+        """Accuracy and AUC on ``data`` (default: the test set; the server passes the validation set)."""
         model = self.evaluation_model()
         model.eval()
-        logits, labels = self._predict(model, self.test_data)
+        logits, labels = self._predict(model, self.test_data if data is None else data)
         correct = int((logits.argmax(dim=1) == labels).sum())
         return ClientTestStats(correct, len(labels), micro_auc(logits, labels, logits.shape[1]))
 

@@ -87,6 +87,12 @@ class clientDBE(Client):
         self.bias_optimizer.step()
         self.bias_optimizer.zero_grad(set_to_none=True)
 
+    def fine_tune(self, epochs: int) -> None:
+        """A new client: FedDBE's own local update, which trains the feature bias along with the model."""
+        self.model.train()
+        self.begin_local_training()
+        self.run_epochs(epochs, self.local_loss)
+
     def evaluation_model(self) -> nn.Module:
         return BiasedHeadModel(self.model, self.feature_bias)
 

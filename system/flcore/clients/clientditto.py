@@ -12,6 +12,7 @@ import copy
 
 import torch
 
+from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.training.personal import State, parameter_copies, squared_distance_to
 
@@ -48,7 +49,9 @@ class clientDitto(Client):
         return loss + 0.5 * self.mu * squared_distance_to(self.model_per, self.received)
 
     def fine_tune(self, epochs: int) -> None:
-        """A new client personalises the received global model with Ditto's own objective."""
+        """A new client personalises the received global model with Ditto's own objective: its personal
+        model starts as that global model (it has none of its own yet)."""
+        copy_into(self.model_per, named_tensors(self.model))
         self.train_personal(epochs)
 
     def evaluation_model(self) -> torch.nn.Module:

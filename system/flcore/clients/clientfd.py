@@ -63,3 +63,9 @@ class clientFD(Client):
     def end_local_training(self) -> None:
         self.local_logits = self._logit_means.means()
         super().end_local_training()
+
+    def fine_tune(self, epochs: int) -> None:
+        """A new client trains with FD's own loss: cross-entropy plus distillation from the global logits."""
+        self.model.train()
+        self.begin_local_training()
+        self.run_epochs(epochs, self.local_loss)

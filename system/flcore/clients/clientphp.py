@@ -77,7 +77,9 @@ class clientPHP(Client):
         self.participations += 1
 
     def fine_tune(self, epochs: int) -> None:
-        """A new client trains once as in a round; its first HPM is the trained model (mu_c = 0)."""
+        """A new client trains once as in a round, with the received global model as its teacher (its
+        HPM starts there); its first HPM is then the trained model (mu_c = 0)."""
+        copy_into(self.model_hpm, named_tensors(self.model))
         self.model.train()
         self.begin_local_training()
         self.run_epochs(epochs, self.local_loss)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
+from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
 
 
@@ -35,6 +36,13 @@ def prototype_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: Cla
     has_prototype = prototypes.present[labels].unsqueeze(1)
     target = torch.where(has_prototype, prototypes.vectors[labels].to(features.dtype), features.detach())
     return F.mse_loss(features, target)
+
+
+def fill_missing(prototypes: ClassVectors, own: ClassVectors) -> ClassVectors:
+    """``prototypes``, with ``own``'s vector for every class that ``prototypes`` lacks and ``own`` holds."""
+    take = own.present & ~prototypes.present
+    vectors = torch.where(take.unsqueeze(1), own.vectors.to(prototypes.vectors), prototypes.vectors)
+    return ClassVectors(vectors, prototypes.present | own.present)
 
 
 class clientProto(Client):
@@ -69,6 +77,16 @@ class clientProto(Client):
         self.local_prototypes = self.compute_local_prototypes()
         super().end_local_training()
 
+    def fine_tune(self, epochs: int) -> None:
+        """A new client trains with FedProto's own loss, so that its features gather around the global
+        prototypes it is classified by (plain cross-entropy would leave them anywhere). A class no training
+        client holds has no global prototype and could never be predicted; for those classes the newcomer
+        classifies by its own prototype, as the global one would be had it been a holder."""
+        self.model.train()
+        self.run_epochs(epochs, self.local_loss)
+        self.local_prototypes = self.compute_local_prototypes()
+        self.receive_class_vectors(fill_missing(self.global_prototypes, self.local_prototypes))
+
     @torch.no_grad()
     def compute_local_prototypes(self) -> ClassVectors:
         self.model.eval()
@@ -80,14 +98,15 @@ class clientProto(Client):
 
     # ----- inference: the nearest global prototype ----------------------------------------------
     @torch.inference_mode()
-    def test_metrics(self) -> ClientTestStats:
-        labels = self.test_data.y
+    def test_metrics(self, data: Optional[ClientData] = None) -> ClientTestStats:
+        data = self.test_data if data is None else data
+        labels = data.y
         if not self._has_prototypes:
             # No prototype yet (round 0): nothing can be predicted; a constant score has AUC 1/2.
             return ClientTestStats(0, len(labels), 0.5)
         self.model.eval()
         distances = torch.cat([prototype_distances(self.model.base(x), self.global_prototypes)
-                               for x, _ in self.test_data.eval_batches(EVAL_BATCH_SIZE)])
+                               for x, _ in data.eval_batches(EVAL_BATCH_SIZE)])
         correct = int((distances.argmin(dim=1) == labels).sum())
         # Scores for the AUC: softmax of the negative distances (absent classes get probability 0).
         return ClientTestStats(correct, len(labels), micro_auc(-distances, labels, distances.shape[1]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from flcore.training.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
+from flcore.training.parttraining import only_trainable, part_optimizer, train_head_then_base
 from utils.data_utils import ClientData
 
 
@@ -26,4 +26,10 @@ class clientRep(Client):
         train_head_then_base(self, self.head_epochs, self.local_loss, self.local_loss)
 
     def fine_tune(self, epochs: int) -> None:
-        fine_tune_whole_model(self, epochs)
+        """A new client: FedRep's two stages with ``epochs`` each, the head first (base frozen), then the
+        base (head frozen), each with its own optimiser; no learning-rate decay step."""
+        self.model.train()
+        with only_trainable(self.model, self.model.head):
+            self.run_epochs(epochs, self.local_loss, self.head_optimizer)
+        with only_trainable(self.model, self.model.base):
+            self.run_epochs(epochs, self.local_loss, self.optimizer)

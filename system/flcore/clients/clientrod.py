@@ -70,6 +70,12 @@ class clientROD(Client):
         self.personal_optimizer.step()
         self.personal_optimizer.zero_grad(set_to_none=True)
 
+    def fine_tune(self, epochs: int) -> None:
+        """A new client: FedROD's own local update, so the personal head learns along with the generic model."""
+        self.model.train()
+        self.begin_local_training()
+        self.run_epochs(epochs, self.local_loss)
+
     def evaluation_model(self) -> nn.Module:
         return GenericPlusPersonalHead(self.model, self.personal_head)
 

@@ -55,6 +55,10 @@ class ClassVectorServer(Server):
         self.uploaded_vectors = [by_id[i].upload_class_vectors() for i in self.uploaded_ids]
         self.uploaded_models = []
 
+    def receive_new_client(self, client: Client) -> None:
+        """New clients keep the fresh model they are built with (no parameters travel) and hold the global
+        class vectors from :meth:`set_clients`; their client's ``fine_tune`` trains with them."""
+
     def aggregate_parameters(self) -> None:
         if not self.uploaded_vectors:
             return

@@ -18,6 +18,9 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedALA(Server):
+    """New clients (-nnc): the global model whole, without Adaptive Local Aggregation (a newcomer has no
+    local model worth mixing in: its own would be the initial one), then -ften epochs of plain cross-
+    entropy fine-tuning."""
     client_class = clientALA
 
     def __init__(self, args, times, model, data):

@@ -20,6 +20,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
+from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientamp import clientAMP
 from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import ConfigError, Server
@@ -43,6 +44,9 @@ def attention_weights(squared_distances: torch.Tensor, own_index: Sequence[int],
 
 
 class FedAMP(Server):
+    """New clients (-nnc): the plain mean of every training client's model, i.e. the cloud model under
+    equal attention (a newcomer has no model of its own to measure similarities with, and FedAMP keeps no
+    global model), then -ften epochs of plain cross-entropy fine-tuning."""
     client_class = clientAMP
 
     def __init__(self, args, *rest, **kwargs):
@@ -95,3 +99,8 @@ class FedAMP(Server):
 
     def aggregate_parameters(self) -> None:
         """No global model: each client's latest model is read directly when the next u_i is formed."""
+
+    def receive_new_client(self, client) -> None:
+        """The cloud model with equal attention: the plain mean of the training clients' models."""
+        models = [named_tensors(c.shared_module()) for c in self.clients]
+        copy_into(client.shared_module(), weighted_average(models, [1.0 / len(models)] * len(models)))

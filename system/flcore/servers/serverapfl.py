@@ -14,6 +14,9 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class APFL(Server):
+    """New clients (-nnc): the global model as w and as the start of their local model v, with the
+    initial mixing weight -al (so the mixture starts as the global model), then -ften epochs of APFL's own
+    updates of w, v and alpha; the mixture is tested."""
     client_class = clientAPFL
 
     def __init__(self, args, *rest, **kwargs):

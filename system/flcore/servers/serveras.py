@@ -27,6 +27,10 @@ from flcore.servers.serverbase import Server
 
 
 class FedAS(Server):
+    """New clients (-nnc): the global body as it is, without parameter alignment (alignment needs class
+    prototypes from a body of the client's own, which a newcomer lacks), and a fresh head (the initial
+    head every training client started from), then -ften epochs of cross-entropy fine-tuning of the
+    whole model."""
     client_class = clientAS
 
     def send_models(self) -> None:

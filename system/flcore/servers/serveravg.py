@@ -8,4 +8,5 @@ from flcore.servers.serverbase import Server
 
 
 class FedAvg(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning."""
     client_class = clientAVG

@@ -20,6 +20,9 @@ from utils.data_utils import DatasetInfo
 
 
 class FedBABU(Server):
+    """New clients (-nnc): the global body and the head every client shares by design (the fixed initial
+    head, never trained in the rounds), then -ften epochs of FedBABU's fine-tuning of body and head
+    together, as every client does in :meth:`finish`."""
     client_class = clientBABU
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
@@ -31,6 +34,5 @@ class FedBABU(Server):
 
     def finish(self) -> None:
         self.send_models()
-        for client in self.clients:
-            client.fine_tune(self.fine_tuning_epochs)
+        self.fine_tune_clients(self.clients, self.fine_tuning_epochs)
         self.evaluate(prefix="rs_finetune")

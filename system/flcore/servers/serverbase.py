@@ -13,6 +13,7 @@ code written against PFLlib, and :class:`LayerConflictMixin`, work on these serv
 """
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Type
@@ -29,7 +30,7 @@ from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
                               remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
-from utils.data_utils import DatasetError, DatasetInfo, load_client_data
+from utils.data_utils import DatasetInfo, load_client_splits
 from utils.errors import UserError
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
@@ -37,7 +38,16 @@ from utils import progress
 from utils.progress import RoundReporter
 from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
 from utils.run_lock import RunLock
+from utils.run_table import csv_path, git_revision, write_run_csv
+from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 from utils.seeding import sampler_rng
+
+
+def validation_accuracy(clients: Sequence[Client]) -> float:
+    """Sample-weighted accuracy over the clients' validation sets (``--val_ratio``)."""
+    stats = [c.test_metrics(c.val_data) for c in clients if c.val_data is not None]
+    total = sum(s.num_samples for s in stats)
+    return sum(s.correct for s in stats) / total if total else float("nan")
 
 
 class RunError(UserError, RuntimeError):
@@ -87,6 +97,8 @@ class Server:
         self.num_new_clients = args.num_new_clients
         self.fine_tuning_epoch_new = args.fine_tuning_epoch_new
         self.checkpoint_every = getattr(args, "checkpoint_every", 0)
+        self.val_ratio = getattr(args, "val_ratio", 0.0)
+        self.eval_after_training = getattr(args, "eval_after_training", False)
 
         self.global_model = model.to(self.device)
         self.sampler = sampler_rng(args.seed)
@@ -124,14 +136,12 @@ class Server:
                             and not p.is_contiguous() for p in self.global_model.parameters())
         clients = []
         for i in ids:
-            train = load_client_data(self.data_info, i, "train", self.device, num_classes=self.args.num_classes,
-                                     few_shot=self.args.few_shot, channels_last=channels_last)
-            test = load_client_data(self.data_info, i, "test", self.device, num_classes=self.args.num_classes,
-                                    channels_last=channels_last)
-            if len(train) == 0 or len(test) == 0:
-                raise DatasetError(f"client {i} of {self.dataset} has {len(train)} train and {len(test)} "
-                                   f"test samples; every client needs at least one of each")
-            clients.append(self.client_class(self.args, i, train, test, self.global_model))
+            train, test, val = load_client_splits(
+                self.data_info, i, self.device, num_classes=self.args.num_classes, few_shot=self.args.few_shot,
+                channels_last=channels_last, val_ratio=self.val_ratio)
+            client = self.client_class(self.args, i, train, test, self.global_model)
+            client.val_data = val
+            clients.append(client)
         return clients
 
     # ----- the round loop ----------------------------------------------------------------------
@@ -170,6 +180,8 @@ class Server:
 
     def run_rounds(self) -> None:
         """THE round loop (see the module docstring), then :meth:`finish` and the results."""
+        board = (TensorBoardLog(tensorboard_folder(self.results_file()), self.current_round)
+                 if getattr(self.args, "tensorboard", False) else None)
         reporter = RoundReporter(len(self.rounds_left()), first=self.current_round,
                                  title=f"{self.algorithm} on {self.dataset}")
         self.executor = make_executor(self, self.args)
@@ -181,12 +193,16 @@ class Server:
                 self.send_models()
                 summary = self.evaluate() if rnd % self.eval_gap == 0 else None
                 self.train_clients(self.selected_clients)
+                if summary is not None and self.eval_after_training:
+                    self.evaluate(self.selected_clients, prefix="rs_after")
                 self.receive_models()
                 self.aggregate_parameters()
                 self.end_round(rnd)
                 elapsed = time.perf_counter() - start
                 self.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)
+                if board is not None:
+                    board.add_round(rnd, self.history)
                 # Decided before the checkpoint, which records it: a run killed during finish() and
                 # resumed must not train a round past the one -ab stopped at.
                 stop = bool(self.auto_break and self.check_done(self.rs_test_acc, self.top_cnt))
@@ -209,6 +225,8 @@ class Server:
                            f"{display_path(path)}") from None
         finally:
             reporter.close()
+            if board is not None:
+                board.close()
             self.executor.close()
             self.executor = SequentialExecutor()
         path = self.save_results(complete=True)
@@ -287,22 +305,41 @@ class Server:
         self.record(f"{prefix}_test_acc", summary.accuracy)
         self.record(f"{prefix}_test_auc", summary.auc)
         self.record(f"{prefix}_train_loss", summary.train_loss)
-        self.record(f"{prefix}_client_acc", summary.client_accuracy)
+        if prefix == "rs_after":  # the round's trained clients: which ones changes from round to round
+            self.record("rs_after_clients", len(clients))
+        else:
+            self.record(f"{prefix}_client_acc", summary.client_accuracy)
         if prefix == "rs":
             self.record("rs_eval_round", self.current_round)
+            if self.val_ratio > 0:
+                self.record("rs_val_acc", validation_accuracy(clients))
         return summary
 
     def record(self, name: str, value) -> None:
         self.history.setdefault(name, []).append(value)
 
     def evaluate_new_clients(self) -> Summary:
-        """Clients never seen in training get the global model, fine-tune ``-ften`` epochs, and are tested."""
+        """Clients never seen in training (ids -nc .. -nc + -nnc - 1) get what :meth:`receive_new_client`
+        gives, fine-tune ``-ften`` epochs their client's way (:meth:`Client.fine_tune`), and are tested."""
         self.new_clients = self.set_clients(range(self.num_clients, self.num_clients + self.num_new_clients))
-        shared = self.global_shared_module()
         for client in self.new_clients:
-            client.set_parameters(shared)
-            client.fine_tune(self.fine_tuning_epoch_new)
+            self.receive_new_client(client)
+        self.fine_tune_clients(self.new_clients, self.fine_tuning_epoch_new, "fine-tune new clients")
         return self.evaluate(self.new_clients, prefix="rs_new")
+
+    def receive_new_client(self, client: Client) -> None:
+        """What a new client receives before fine-tuning: the global counterpart of its shared module.
+        Methods whose newcomers get something else (nothing, a mean of personal models, server state)
+        override this."""
+        client.set_parameters(self.global_shared_module())
+
+    @staticmethod
+    def fine_tune_clients(clients: Sequence[Client], epochs: int, stage: str = "fine-tune") -> None:
+        """``client.fine_tune(epochs)`` for each client, shown as a stage of the live progress line."""
+        progress.current().begin(stage, len(clients))
+        for client in clients:
+            client.fine_tune(epochs)
+            progress.current().advance()
 
     @staticmethod
     def check_done(values: Sequence[float], top_cnt: int) -> bool:
@@ -478,8 +515,8 @@ class Server:
         # What bitwise reproducibility depends on besides the flags: the torch build and its thread count.
         config = dict(portable_config(vars(self.args)), torch_version=torch.__version__,
                       intra_op_threads=torch.get_num_threads())
-        return {"config": config, "run": self.times, "algorithm": self.algorithm,
-                "dataset": self.dataset, "rounds_done": len(self.history["rs_round_time"])}
+        return {"config": config, "run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
+                "rounds_done": len(self.history["rs_round_time"]), "git_revision": git_revision()}
 
     def accuracy_summary(self) -> AccuracySummary:
         """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far."""
@@ -503,6 +540,7 @@ class Server:
         attrs = dict(self.result_attrs(), complete=complete, summary=self.accuracy_summary().as_attrs())
         try:
             write_results(path, arrays, attrs)
+            self._write_csv(path, arrays, attrs)
             return path
         except (OSError, RuntimeError) as err:  # h5py reports some write failures as RuntimeError
             reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
@@ -514,4 +552,14 @@ class Server:
             raise RunError(f"cannot write {display_path(path)} ({reason}) nor a copy ({'; '.join(failures)}); "
                            f"{kept}")
         self.results_fallback = (path, reason)
+        self._write_csv(fallback, arrays, attrs)
         return fallback
+
+    @staticmethod
+    def _write_csv(h5_path: Path, arrays: Dict[str, np.ndarray], attrs: Dict[str, object]) -> None:
+        """The run's CSV beside its .h5; the .h5 is the record, so a CSV that cannot be written is only said."""
+        try:
+            write_run_csv(h5_path, arrays, attrs)
+        except OSError as err:
+            print(f"warning: cannot write {display_path(csv_path(h5_path))} ({err.strerror or err}); the results "
+                  f"are in {display_path(h5_path)}", file=sys.stderr)

@@ -13,4 +13,7 @@ from flcore.servers.serverbase import Server
 
 
 class FedBN(Server):
+    """New clients (-nnc): every global tensor except the normalisation layers, which start fresh (their
+    initial affine parameters and running statistics; the server never averages them), then -ften epochs
+    of cross-entropy fine-tuning, during which those layers learn the newcomer's own feature statistics."""
     client_class = clientBN

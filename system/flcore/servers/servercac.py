@@ -53,6 +53,9 @@ def collaboration_threshold(overlaps: torch.Tensor, rounds_done: int, beta: floa
 
 
 class FedCAC(Server):
+    """New clients (-nnc): the global model whole (a newcomer has no critical-parameter mask, so every
+    entry comes from the global average, as for a client before its first upload), then -ften epochs of
+    plain cross-entropy fine-tuning."""
     client_class = clientCAC
     persistent_attrs = ("previous_uploaders",)
 

@@ -34,6 +34,9 @@ from utils.data_utils import DatasetInfo
 
 
 class FedCP(Server):
+    """New clients (-nnc): the global base, global head and CPN and a fresh personal head (the initial
+    head every training client started from), then -ften epochs of cross-entropy fine-tuning on the
+    noise-free prediction (the global head stays frozen, as in local training)."""
     client_class = clientCP
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):

@@ -28,6 +28,10 @@ from utils.data_utils import DatasetInfo
 
 
 class FedDBE(Server):
+    """New clients (-nnc): the global model, the global feature mean and a fresh personal feature bias
+    (zero, as every training client's started), then -ften epochs of FedDBE's own local update
+    (cross-entropy through the bias, plus -klw times the mean regulariser), so the bias learns the
+    newcomer's representation shift."""
     client_class = clientDBE
     persistent_attrs = ("global_feature_mean",)
 
@@ -48,3 +52,7 @@ class FedDBE(Server):
         super().send_models()
         for client in self.clients:
             client.global_mean = self.global_feature_mean
+
+    def receive_new_client(self, client: clientDBE) -> None:
+        super().receive_new_client(client)
+        client.global_mean = self.global_feature_mean

@@ -31,6 +31,9 @@ def reporting_global_model(clients: Sequence[clientDitto]) -> Iterator[None]:
 
 
 class Ditto(Server):
+    """New clients (-nnc): the global model, which is also where their personal model starts, then -ften
+    epochs of Ditto's personal objective (cross-entropy plus the -mu pull towards that global model);
+    the personal model is tested."""
     client_class = clientDitto
 
     def __init__(self, args, *rest, **kwargs):

@@ -20,6 +20,8 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedDyn(Server):
+    """New clients (-nnc): the global model (the server's corrected average), then -ften epochs of plain
+    cross-entropy fine-tuning (a newcomer has no gradient estimate g_k, so no dynamic regulariser)."""
     client_class = clientDyn
     persistent_attrs = ("server_state",)
 

@@ -13,6 +13,9 @@ from flcore.servers.classvectorserver import ClassVectorServer
 
 
 class FD(ClassVectorServer):
+    """New clients (-nnc): no parameters (their fresh model is the initial model every training client
+    started from) and the global average logits, which they distil from for -ften epochs with FD's own loss
+    (cross-entropy plus -lam times the KL to the global logit of each label)."""
     client_class = clientFD
 
     def vector_dim(self) -> int:

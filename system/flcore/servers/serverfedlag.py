@@ -12,4 +12,7 @@ from flcore.servers.serveravg import FedAvg
 
 
 class FedLAG(LayerConflictMixin, FedAvg):
+    """New clients (-nnc): the global model, the layers LAG keeps personal included (a newcomer has no
+    copy of its own, so it takes the server's average of them), then -ften epochs of plain cross-entropy
+    fine-tuning; every X+LAG treats newcomers as X does, with the same rule for its LAG-personal layers."""
     client_class = clientFedLAG

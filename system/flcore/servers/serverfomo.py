@@ -23,6 +23,10 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedFomo(Server):
+    """New clients (-nnc): a fresh model (the initial model every training client started from) and, as in
+    a round, -M downloads of stored client models, chosen at random (a newcomer has no affinities yet),
+    which it weighs on its validation split and combines, keeping its own model if none helps; then -ften
+    epochs of plain cross-entropy fine-tuning."""
     client_class = clientFomo
     persistent_attrs = ("affinity", "stored_models")
 
@@ -45,6 +49,15 @@ class FedFomo(Server):
         shuffled = self.sampler.permutation(available)  # ties (e.g. all affinities 0) broken at random
         order = np.argsort(-self.affinity[client_id, shuffled], kind="stable")
         return shuffled[order][:self.models_per_client].tolist()
+
+    def new_client_downloads(self) -> List[int]:
+        """Ids of the ``-M`` stored models a new client downloads: any, at random (it has no affinities)."""
+        available = np.array([j for j, m in enumerate(self.stored_models) if m is not None], dtype=np.int64)
+        return self.sampler.permutation(available)[:self.models_per_client].tolist()
+
+    def receive_new_client(self, client: clientFomo) -> None:
+        ids = self.new_client_downloads()
+        client.combine_downloads(ids, [self.stored_models[j] for j in ids])
 
     def send_models(self) -> None:
         for client in self.selected_clients:

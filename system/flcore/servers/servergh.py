@@ -24,6 +24,9 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedGH(Server):
+    """New clients (-nnc): the global head the server trained on the prototypes and a fresh body (the
+    initial body every training client started from), then -ften epochs of cross-entropy on body and
+    head together, as FedGH's clients train."""
     client_class = clientGH
 
     def __init__(self, args, times: int, model: nn.Module, data):

@@ -30,6 +30,9 @@ from utils.data_utils import DatasetInfo
 
 
 class GPFL(Server):
+    """New clients (-nnc): the global base, GCE and CoV and a fresh head (the initial head every
+    training client started from), with the conditional inputs weighted by the newcomer's own label
+    distribution, then -ften epochs of cross-entropy fine-tuning on its personalised route."""
     client_class = clientGPFL
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):

@@ -13,6 +13,8 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedLC(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning on raw
+    logits (the calibration only corrects label skew while a shared model is trained)."""
     client_class = clientLC
 
     def __init__(self, args, *rest, **kwargs):

@@ -10,4 +10,7 @@ from flcore.servers.serverbase import Server
 
 
 class LG_FedAvg(Server):
+    """New clients (-nnc): the global head and a fresh base (the initial base every training client
+    started from; the server never averages bases), then -ften epochs of cross-entropy on base and head
+    together, as LG-FedAvg trains."""
     client_class = clientLG

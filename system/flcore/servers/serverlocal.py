@@ -7,6 +7,8 @@ from flcore.servers.serverbase import Server
 
 
 class Local(Server):
+    """New clients (-nnc): nothing from the server; a fresh model (the initial model every training client
+    started from) trained alone for -ften epochs of plain cross-entropy on their own data."""
     client_class = clientLocal
 
     def send_models(self) -> None:
@@ -17,3 +19,6 @@ class Local(Server):
 
     def aggregate_parameters(self) -> None:
         pass
+
+    def receive_new_client(self, client) -> None:
+        pass  # nothing from the server: the initial model, trained alone

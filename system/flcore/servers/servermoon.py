@@ -11,6 +11,8 @@ from flcore.servers.serverbase import Server, require
 
 
 class MOON(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (a
+    newcomer has no previous local model for the contrastive term)."""
     client_class = clientMOON
 
     def __init__(self, args, *rest, **kwargs):

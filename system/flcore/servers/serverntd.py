@@ -11,6 +11,8 @@ from flcore.servers.serverbase import Server, require
 
 
 class FedNTD(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (no
+    distillation)."""
     client_class = clientNTD
 
     def __init__(self, args, *rest, **kwargs):

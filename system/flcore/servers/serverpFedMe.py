@@ -18,6 +18,9 @@ from flcore.training.personal import interpolate, parameter_copies, parameter_vi
 
 
 class pFedMe(Server):
+    """New clients (-nnc): the global model as their local model w and as the start of their
+    personalised model theta, then -ften epochs of pFedMe's own local update (theta's inner steps, w
+    pulled towards theta); theta is tested."""
     client_class = clientpFedMe
 
     def __init__(self, args, *rest, **kwargs):

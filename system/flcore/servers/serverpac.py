@@ -33,6 +33,9 @@ SMALL_WEIGHT = 1e-3  # weights below this are dropped and the rest renormalised 
 
 
 class FedPAC(Server):
+    """New clients (-nnc): the global body and a fresh head (the initial head every training client
+    started from: a newcomer has no feature statistics of its own yet for the classifier-combination
+    QP), then -ften epochs of cross-entropy on body and head together (FedPAC's fine-tuning)."""
     client_class = clientPAC
     persistent_attrs = ("global_prototypes", "global_prototype_mask")
 

@@ -10,4 +10,7 @@ from flcore.servers.serverbase import Server
 
 
 class FedPer(Server):
+    """New clients (-nnc): the global base and a fresh head (the initial head every training client
+    started from; the server never averages heads), then -ften epochs of cross-entropy on base and head
+    together, as FedPer trains."""
     client_class = clientPer

@@ -21,6 +21,9 @@ from utils.metrics import Summary
 
 
 class PerAvg(Server):
+    """New clients (-nnc): the global (meta-learned) model, then -ften epochs of plain SGD at the inner
+    step size -lr on their own data; like every PerAvg client they are tested after one more SGD step on
+    one of their training batches, so -ften 0 is exactly Per-FedAvg's personalisation of a new user."""
     client_class = clientPerAvg
 
     def __init__(self, args, *rest, **kwargs):

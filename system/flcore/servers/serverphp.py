@@ -16,6 +16,9 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedPHP(Server):
+    """New clients (-nnc): the global model, which is also their first inherited model (the MMD teacher),
+    then one FedPHP local update of -ften epochs; as at any client's first participation the inherited
+    model then becomes the trained model (mu_c = 0), and it is what is tested."""
     client_class = clientPHP
 
     def __init__(self, args, *rest, **kwargs):

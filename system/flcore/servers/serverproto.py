@@ -12,6 +12,11 @@ from flcore.servers.classvectorserver import ClassVectorServer
 
 
 class FedProto(ClassVectorServer):
+    """New clients (-nnc): no parameters (their fresh model is the initial model every training client
+    started from) and the global prototypes, which they train towards for -ften epochs with FedProto's own
+    loss (cross-entropy plus -lam times the distance to the global prototype of each label) and are then
+    classified by, as every FedProto client is; for a class no training client holds (so without a global
+    prototype) a newcomer uses its own prototype, as the global one would be had it been a holder."""
     client_class = clientProto
 
     def vector_dim(self) -> int:

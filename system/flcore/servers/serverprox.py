@@ -12,6 +12,8 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class FedProx(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (no
+    proximal term)."""
     client_class = clientProx
 
     def __init__(self, args, *rest, **kwargs):

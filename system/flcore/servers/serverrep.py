@@ -17,6 +17,9 @@ from utils.data_utils import DatasetInfo
 
 
 class FedRep(Server):
+    """New clients (-nnc): the global base and a fresh head (the initial head every training client started
+    from), then FedRep's own update with -ften epochs per stage: the head on the received base (base
+    frozen), then the base under that head (head frozen)."""
     client_class = clientRep
 
     def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):

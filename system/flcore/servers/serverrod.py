@@ -12,14 +12,32 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from torch import nn
+
+from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.clients.clientrod import clientROD
 from flcore.servers.serverbase import Server
+from utils.data_utils import DatasetInfo
 from utils.metrics import Summary
 
 
 class FedROD(Server):
+    """New clients (-nnc): the global generic model and a fresh personal head, initialised as every
+    training client's was (a copy of the initial generic head), then -ften epochs of FedROD's own local
+    update (balanced softmax on the generic model, cross-entropy on the summed logits for the personal
+    head); they report generic plus personal logits, as every client does."""
     client_class = clientROD
+
+    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(args, times, model, data)
+        # Where every personal head starts (clientROD copies the generic head it is built with). The
+        # generic head moves with training, so newcomers take this copy; the same seed rebuilds it on resume.
+        self.initial_personal_head = {n: t.detach().clone() for n, t in named_tensors(self.global_model.head).items()}
+
+    def receive_new_client(self, client: clientROD) -> None:
+        super().receive_new_client(client)
+        copy_into(client.personal_head, self.initial_personal_head)
 
     def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs") -> Summary:
         summary = super().evaluate(clients, prefix)

@@ -20,6 +20,8 @@ from flcore.servers.serverbase import ConfigError, Server
 
 
 class SCAFFOLD(Server):
+    """New clients (-nnc): the global model, then -ften epochs of plain, uncorrected cross-entropy fine-
+    tuning (a newcomer has no control variate; c is not sent)."""
     client_class = clientSCAFFOLD
     persistent_attrs = ("control",)
 
