@@ -20,10 +20,9 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataset.utils.generate import GeneratorSetting  # noqa: E402
 from dataset.utils.generate import main as generate_main  # noqa: E402
 from dataset.utils.release import downloading, fetch  # noqa: E402
-from dataset.utils.topic_csv import TopicCsv, load_source  # noqa: E402
+from dataset.utils.topic_csv import TEXT_SETTINGS, TopicCsv, load_source  # noqa: E402
 from dataset.utils.topic_csv import from_csv_files as topic_csv_files  # noqa: E402
 
 # The release torchtext downloads, with its checksums.
@@ -35,12 +34,6 @@ MD5 = {"train": "b1a00f826fdfbd249f79597b59e1dc12", "test": "d52ea96a97a2d943681
 CLASSES = ("World", "Sports", "Business", "Sci/Tech")  # class index 1..4 in the CSV, labels 0..3 here
 RELEASE = TopicCsv(CLASSES, "title, description")
 
-SETTINGS = (
-    GeneratorSetting("--vocab-size", 32000, "token ids in all, 0 (padding) and 1 (unknown) included; the "
-                                            "train text's most frequent tokens get the rest (PFLlib: 32000)",
-                     minimum=3),
-    GeneratorSetting("--max-len", 200, "tokens per text: longer texts are cut, shorter ones padded with 0"),
-)
 SOURCE_HELP = ("build offline from a local copy: the release's folder (train.csv and test.csv), one CSV of "
                f"rows '{RELEASE.row_form}' (its rows build the vocabulary), or a .npz of "
                "token ids x (N x L, 0 = padding) and labels y")
@@ -78,7 +71,7 @@ def load_raw(source, raw_dir, *, vocab_size: int, max_len: int):
 
 
 def main(argv) -> int:
-    return generate_main("AGNews", load_raw, argv, settings=SETTINGS, source_help=SOURCE_HELP)
+    return generate_main("AGNews", load_raw, argv, settings=TEXT_SETTINGS, source_help=SOURCE_HELP)
 
 
 if __name__ == "__main__":

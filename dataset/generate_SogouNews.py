@@ -33,10 +33,10 @@ from typing import Dict, Iterator, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dataset.utils.client_files import DatasetFileError  # noqa: E402
-from dataset.utils.generate import GeneratorSetting, removed_on_failure  # noqa: E402
+from dataset.utils.generate import removed_on_failure  # noqa: E402
 from dataset.utils.generate import main as generate_main  # noqa: E402
 from dataset.utils.release import downloading, fetch  # noqa: E402
-from dataset.utils.topic_csv import SPLIT_FILES, TopicCsv, load_source  # noqa: E402
+from dataset.utils.topic_csv import SPLIT_FILES, TEXT_SETTINGS, TopicCsv, load_source  # noqa: E402
 
 URL = "https://s3.amazonaws.com/fast-ai-nlp/sogou_news_csv.tgz"
 ARCHIVE = "sogou_news_csv.tgz"
@@ -44,12 +44,6 @@ ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
 CLASSES = ("sports", "finance", "entertainment", "automobile", "technology")  # class index 1..5, labels 0..4
 RELEASE = TopicCsv(CLASSES, "title, content")
 
-SETTINGS = (
-    GeneratorSetting("--vocab-size", 32000, "token ids in all, 0 (padding) and 1 (unknown) included; the "
-                                            "train text's most frequent tokens get the rest (PFLlib: 32000)",
-                     minimum=3),
-    GeneratorSetting("--max-len", 200, "tokens per text: longer texts are cut, shorter ones padded with 0"),
-)
 SOURCE_HELP = (f"build offline from a local copy: the release's {ARCHIVE}, its extracted folder (train.csv and "
                f"test.csv), one CSV of rows '{RELEASE.row_form}' (its rows build the vocabulary), or a .npz of "
                "token ids x (N x L, 0 = padding) and labels y")
@@ -123,7 +117,7 @@ def load_raw(source, raw_dir, *, vocab_size: int, max_len: int):
 
 
 def main(argv) -> int:
-    return generate_main("SogouNews", load_raw, argv, settings=SETTINGS, source_help=SOURCE_HELP)
+    return generate_main("SogouNews", load_raw, argv, settings=TEXT_SETTINGS, source_help=SOURCE_HELP)
 
 
 if __name__ == "__main__":

@@ -197,3 +197,16 @@ def train_and_compare(first, second):
     for name in ACCURACY_ARRAYS:
         assert np.array_equal(a[0][name], b[0][name]), name
     return a, b
+
+
+def serve_a_broken_download(monkeypatch, body: bytes, refuse: bool) -> None:
+    """Every download (``dataset.utils.release``) writes ``body``, a page that is not the release, and,
+    with ``refuse``, then fails as a refused connection does."""
+    from urllib.error import URLError
+    from dataset.utils import release
+
+    def retrieve(url, filename):
+        Path(filename).write_bytes(body)
+        if refuse:
+            raise URLError("[Errno 111] Connection refused")
+    monkeypatch.setattr(release.urllib.request, "urlretrieve", retrieve)

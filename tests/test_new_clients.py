@@ -252,23 +252,27 @@ def _record_calls(monkeypatch, module, name: str) -> list:
     return calls
 
 
-def test_fedproto_newcomer_trains_towards_the_global_prototypes(data_dir, tmp_path, monkeypatch):
-    server, newcomer, initial = trained_with_newcomer(data_dir, tmp_path, "FedProto")
-    assert state_equal(named_tensors(newcomer.model), initial)  # no parameters travel
-    # A newcomer built now, fine-tuned with a spy on the prototype term.
+@pytest.mark.parametrize("algorithm, module, term", [("FedProto", clientproto, "prototype_loss"),
+                                                       ("FD", clientfd, "distillation_loss")])
+def test_knowledge_sharing_newcomer_trains_with_the_global_class_vectors(data_dir, tmp_path, monkeypatch,
+                                                                        algorithm, module, term):
+    """No parameters travel; the newcomer's fine-tuning loss has the method's term, fed the server's
+    global prototypes (FedProto) or logits (FD)."""
+    server, newcomer, initial = trained_with_newcomer(data_dir, tmp_path, algorithm)
+    assert state_equal(named_tensors(newcomer.model), initial)
     fresh = server.set_clients([4])[0]
-    calls = _record_calls(monkeypatch, clientproto, "prototype_loss")
+    calls = _record_calls(monkeypatch, module, term)
     fresh.fine_tune(1)
-    assert calls, "the newcomer's loss has no prototype term"
-    for _, _, prototypes in calls:
-        assert torch.equal(prototypes.vectors, server.global_vectors)
-        assert torch.equal(prototypes.present, server.global_present)
-    # It is then classified by them; a class no training client holds takes its own prototype.
-    used, own, present = fresh.global_prototypes, fresh.local_prototypes, server.global_present
-    assert torch.equal(used.vectors[present], server.global_vectors[present])
-    missing = own.present & ~present
-    assert torch.equal(used.vectors[missing], own.vectors[missing])
-    assert torch.equal(used.present, present | own.present)
+    assert calls, f"the newcomer's loss has no {term} term"
+    for _, _, received in calls:
+        assert torch.equal(received.vectors, server.global_vectors)
+        assert torch.equal(received.present, server.global_present)
+    if algorithm == "FedProto":  # classified by them; a class no training client holds takes its own
+        used, own, present = fresh.global_prototypes, fresh.local_prototypes, server.global_present
+        assert torch.equal(used.vectors[present], server.global_vectors[present])
+        missing = own.present & ~present
+        assert torch.equal(used.vectors[missing], own.vectors[missing])
+        assert torch.equal(used.present, present | own.present)
 
 
 def test_fill_missing_takes_own_prototypes_only_for_classes_without_a_global_one():
@@ -279,18 +283,6 @@ def test_fill_missing_takes_own_prototypes_only_for_classes_without_a_global_one
     used = clientproto.fill_missing(received, own)
     assert torch.equal(used.vectors, torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [0.0, 0.0]]))
     assert used.present.tolist() == [True, True, True, False]
-
-
-def test_fd_newcomer_distils_from_the_global_logits(data_dir, tmp_path, monkeypatch):
-    server, newcomer, initial = trained_with_newcomer(data_dir, tmp_path, "FD")
-    assert state_equal(named_tensors(newcomer.model), initial)  # no parameters travel
-    fresh = server.set_clients([4])[0]
-    calls = _record_calls(monkeypatch, clientfd, "distillation_loss")
-    fresh.fine_tune(1)
-    assert calls, "the newcomer's loss has no distillation term"
-    for _, _, teacher in calls:
-        assert torch.equal(teacher.vectors, server.global_vectors)
-        assert torch.equal(teacher.present, server.global_present)
 
 
 # ----- FedLAG: the layers LAG keeps personal come from the global model ------------------------------

@@ -8,14 +8,13 @@ is replaced by a copy of the synthetic zip, or by a failure.
 import json
 import shutil
 import zipfile
-from pathlib import Path
-from urllib.error import URLError
 
 import h5py
 import numpy as np
 import pytest
 
 import main
+from conftest import serve_a_broken_download
 from dataset import generate_HAR, generate_PAMAP2
 from dataset.utils import release
 from dataset.utils.client_files import read_client_arrays
@@ -242,11 +241,7 @@ def test_without_source_the_zip_is_downloaded_checked_and_kept(releases, built, 
     ("not a zip", "gave a file that is not a .zip archive holding train/Inertial Signals/; pass --source"),
 ])
 def test_a_failed_download_names_source_and_leaves_nothing(tmp_path, monkeypatch, capsys, failure, message):
-    def retrieve(url, filename):
-        Path(filename).write_bytes(b"<html>maintenance</html>")
-        if failure == "network":
-            raise URLError("[Errno 111] Connection refused")
-    monkeypatch.setattr(release.urllib.request, "urlretrieve", retrieve)
+    serve_a_broken_download(monkeypatch, b"<html>maintenance</html>", refuse=failure == "network")
     assert generate_HAR.main(["--root", str(tmp_path)]) == 2
     out = capsys.readouterr().out
     assert out.startswith("error: ") and message in out, out

@@ -9,14 +9,13 @@ import json
 import random
 import shutil
 import tarfile
-from pathlib import Path
-from urllib.error import URLError
 
 import h5py
 import numpy as np
 import pytest
 
 import main
+from conftest import serve_a_broken_download
 from dataset import generate_SogouNews
 from dataset.utils import release
 from dataset.utils.client_files import TOKEN_INPUTS, read_client_arrays
@@ -182,11 +181,7 @@ def test_without_source_the_archive_is_downloaded_extracted_and_removed(sogou, t
     ("not the release", "gave a file that is not a .tgz archive holding train.csv and test.csv; pass --source"),
 ])
 def test_a_failed_download_names_source_and_leaves_nothing(tmp_path, monkeypatch, capsys, failure, message):
-    def retrieve(url, filename):
-        Path(filename).write_bytes(b"<Error><Code>AccessDenied</Code></Error>")
-        if failure == "network":
-            raise URLError("[Errno 111] Connection refused")
-    monkeypatch.setattr(release.urllib.request, "urlretrieve", retrieve)
+    serve_a_broken_download(monkeypatch, b"<Error><Code>AccessDenied</Code></Error>", refuse=failure == "network")
     assert generate(tmp_path, None) == 2
     out = capsys.readouterr().out
     assert out.startswith("error: ") and message in out, out

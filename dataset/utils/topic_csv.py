@@ -19,7 +19,16 @@ from typing import Dict, Iterator, Optional, Tuple
 import numpy as np
 
 from dataset.utils.client_files import DatasetFileError
+from dataset.utils.generate import GeneratorSetting
 from dataset.utils.text import RESERVED_IDS, build_vocabulary, encode, load_token_npz, token_inputs, tokenize
+
+# The options of a topic-CSV text generator (PFLlib's -vs and -ml, as AG News and Sogou News are built).
+TEXT_SETTINGS = (
+    GeneratorSetting("--vocab-size", 32000, "token ids in all, 0 (padding) and 1 (unknown) included; the "
+                                            "train text's most frequent tokens get the rest (PFLlib: 32000)",
+                     minimum=3),
+    GeneratorSetting("--max-len", 200, "tokens per text: longer texts are cut, shorter ones padded with 0"),
+)
 
 SPLIT_FILES = ("train.csv", "test.csv")
 # Rows encoded at a time: their texts are the only ones held whole.
