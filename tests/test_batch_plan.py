@@ -69,3 +69,13 @@ def test_summary_counts_each_outcome_and_sets_the_exit_status(tmp_path):
     stopped = summarize(settings, plan, Execution(outcomes={0: 0, 5: STOPPED}, interrupted=True))
     assert stopped.exit_code == 130
     assert stopped.lines()[0].endswith(", 0 failed, 1 stopped and 4 not started (interrupted: run again to continue)")
+
+
+def test_runs_get_one_thread_unless_the_user_chose(monkeypatch):
+    """Not cores / jobs (oversubscribed on a busy machine, and results that depend on -j): one intra-op
+    thread per run, whatever -j; an OMP_NUM_THREADS the user exported is kept."""
+    from batch.executor import run_environment
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert run_environment()["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert run_environment()["OMP_NUM_THREADS"] == "3"

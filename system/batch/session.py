@@ -37,7 +37,7 @@ def run_batch(settings: Settings, plan: Plan) -> BatchResult:
         return BatchResult(exit_code=0)
     make_folders(settings)
     unbuilt = build_datasets(settings, plan, states)
-    env = run_environment(settings.jobs)
+    env = run_environment()
     summary = summarize(settings, plan, execute(settings, plan, states, unbuilt, env))
     lines = summary.lines()
     say()

@@ -26,7 +26,7 @@ Grid (a --grid file sets defaults; these flags override it):
       --source D=FILE    build dataset D offline from FILE.npz (repeatable; default: download)
       --device DEV       -dev of every run (default: main.py's, cuda falling back to cpu)
 Batch:
-  -j, --jobs N           runs at once (default 1); each gets OMP_NUM_THREADS = cores / N unless set
+  -j, --jobs N           runs at once (default 1); each gets OMP_NUM_THREADS = 1 unless set
       --data_dir DIR     dataset folders (default: dataset/)
       --results_dir DIR  .h5 files (default: results/); logs in DIR/logs/
       --timeout SEC      stop a run after SEC seconds (it counts as failed)
