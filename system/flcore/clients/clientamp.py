@@ -13,15 +13,20 @@ from __future__ import annotations
 from typing import Dict
 
 import torch
+from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedAMPParams
+from utils.data_utils import ClientData
+from utils.run_config import RunConfig
 
 
 class clientAMP(Client):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
-        self.alphaK = float(args.alphaK)
+    def __init__(self, config: RunConfig, hparams: FedAMPParams, id: int, train_data: ClientData,
+                 test_data: ClientData, model: nn.Module):
+        super().__init__(config, hparams, id, train_data, test_data, model)
+        self.lamda = hparams.proximal_weight
+        self.alphaK = hparams.attention_step
         # u_i by parameter name. Rebuilt by every broadcast to a selected client, right before it trains.
         self.cloud_model: Dict[str, torch.Tensor] = {}
 

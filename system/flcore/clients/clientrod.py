@@ -14,9 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.training.label_counts import class_counts
 from utils.data_utils import ClientData
+from utils.run_config import RunConfig
 
 
 def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, log_counts: torch.Tensor) -> torch.Tensor:
@@ -45,8 +47,9 @@ class clientROD(Client):
     persistent_attrs = ("personal_head", "personal_optimizer")
     personal_layer_attrs = ("personal_head",)  # FedLAG's K counts it (flcore/lag/mixin.py)
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
+                 test_data: ClientData, model: nn.Module):
+        super().__init__(config, hparams, id, train_data, test_data, model)
         # As in PFLlib, the personal head starts as a copy of the initial generic head.
         self.personal_head = copy.deepcopy(self.model.head)
         self.personal_optimizer = torch.optim.SGD(self.personal_head.parameters(), lr=self.learning_rate)

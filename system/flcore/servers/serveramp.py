@@ -19,11 +19,15 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientamp import clientAMP
+from flcore.hyperparameters import FedAMPParams
 from flcore.lagaware import lag_personal_names
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
+from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 State = Dict[str, torch.Tensor]
 
@@ -49,16 +53,10 @@ class FedAMP(Server):
     global model), then -ften epochs of plain cross-entropy fine-tuning."""
     client_class = clientAMP
 
-    def __init__(self, args, *rest, **kwargs):
-        if not args.alphaK > 0:
-            raise ConfigError(f"-alk/--alphaK is FedAMP's attention step size and must be > 0, got {args.alphaK}")
-        if not args.sigma > 0:
-            raise ConfigError(f"-sg/--sigma is FedAMP's kernel width and must be > 0, got {args.sigma}")
-        if not args.lamda >= 0:
-            raise ConfigError(f"-lam/--lamda is FedAMP's proximal weight and must be >= 0, got {args.lamda}")
-        super().__init__(args, *rest, **kwargs)
-        self.alphaK = float(args.alphaK)
-        self.sigma = float(args.sigma)
+    def __init__(self, config: RunConfig, hparams: FedAMPParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
+        self.alphaK = hparams.attention_step
+        self.sigma = hparams.kernel_width
 
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""

@@ -15,8 +15,10 @@ module while fine-tuning (TsingZ0/PFLlib#245); here fine-tuning trains both.
 from torch import nn
 
 from flcore.clients.clientbabu import clientBABU
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedBABUParams
+from flcore.servers.serverbase import Server
 from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class FedBABU(Server):
@@ -25,12 +27,9 @@ class FedBABU(Server):
     together, as every client does in :meth:`finish`."""
     client_class = clientBABU
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        if args.fine_tuning_epochs < 0:
-            raise ConfigError(f"-fte/--fine_tuning_epochs (FedBABU's final fine-tuning) must be >= 0, "
-                              f"got {args.fine_tuning_epochs}")
-        super().__init__(args, times, model, data)
-        self.fine_tuning_epochs = args.fine_tuning_epochs
+    def __init__(self, config: RunConfig, hparams: FedBABUParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
+        self.fine_tuning_epochs = hparams.fine_tuning_epochs
 
     def finish(self) -> None:
         self.send_models()

@@ -20,10 +20,14 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+from torch import nn
 
 from flcore.aggregation import State, named_tensors, weighted_average
 from flcore.clients.clientcac import clientCAC
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedCACParams
+from flcore.servers.serverbase import Server
+from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 def mask_overlaps(masks: Sequence[Dict[str, torch.Tensor]]) -> torch.Tensor:
@@ -59,16 +63,9 @@ class FedCAC(Server):
     client_class = clientCAC
     persistent_attrs = ("previous_uploaders",)
 
-    def __init__(self, args, *rest, **kwargs):
-        if not 0 < args.tau <= 1:
-            raise ConfigError(f"-tau/--tau is the fraction of each tensor FedCAC treats as critical and must be "
-                              f"in (0, 1], got {args.tau}")
-        if not args.beta > 0:
-            raise ConfigError(f"-bt/--beta sets how fast FedCAC's collaboration threshold rises (it reaches the "
-                              f"largest overlap after beta rounds) and must be > 0, got {args.beta}; "
-                              f"the authors use e.g. -bt 170")
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
+    def __init__(self, config: RunConfig, hparams: FedCACParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
+        self.beta = hparams.threshold_rounds
         self.previous_uploaders: List[int] = []  # ids whose models and masks form the customised models
 
     def customised_models(self) -> Tuple[Dict[int, State], float, float]:

@@ -23,8 +23,10 @@ from torch import nn
 
 from flcore.aggregation import sample_weights, weighted_average
 from flcore.clients.clientdbe import clientDBE
-from flcore.servers.serverbase import Server, require
+from flcore.hyperparameters import FedDBEParams
+from flcore.servers.serverbase import Server
 from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class FedDBE(Server):
@@ -35,12 +37,8 @@ class FedDBE(Server):
     client_class = clientDBE
     persistent_attrs = ("global_feature_mean",)
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        require((0.0 <= args.momentum <= 1.0,
-                 f"-mo/--momentum (FedDBE's running-mean momentum) must be in [0, 1], got {args.momentum}"),
-                (args.kl_weight >= 0.0,
-                 f"-klw/--kl_weight (FedDBE's mean-regulariser weight) must be >= 0, got {args.kl_weight}"))
-        super().__init__(args, times, model, data)
+    def __init__(self, config: RunConfig, hparams: FedDBEParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
         self.global_feature_mean = self.initial_global_mean()
 
     def initial_global_mean(self) -> torch.Tensor:

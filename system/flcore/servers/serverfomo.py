@@ -16,10 +16,14 @@ from __future__ import annotations
 from typing import List, Optional
 
 import numpy as np
+from torch import nn
 
 from flcore.aggregation import State, named_tensors
 from flcore.clients.clientfomo import clientFomo
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedFomoParams
+from flcore.servers.serverbase import Server
+from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class FedFomo(Server):
@@ -30,12 +34,9 @@ class FedFomo(Server):
     client_class = clientFomo
     persistent_attrs = ("affinity", "stored_models")
 
-    def __init__(self, args, *rest, **kwargs):
-        if args.M < 1:
-            raise ConfigError(f"-M/--M is the number of models each FedFomo client downloads and must be >= 1, "
-                              f"got {args.M}")
-        super().__init__(args, *rest, **kwargs)
-        self.models_per_client = int(args.M)
+    def __init__(self, config: RunConfig, hparams: FedFomoParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
+        self.models_per_client = hparams.models_per_client
         self.affinity = np.zeros((self.num_clients, self.num_clients), dtype=np.float64)
         # Each client's last upload (parameters and buffers), by client id; None until it uploads.
         self.stored_models: List[Optional[State]] = [None] * self.num_clients

@@ -11,10 +11,15 @@ pFedMe refuses ``-bt <= 0`` instead of running such a no-op.
 """
 from __future__ import annotations
 
+from torch import nn
+
 from flcore.aggregation import copy_into
 from flcore.clients.clientpFedMe import clientpFedMe
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import PFedMeParams
+from flcore.servers.serverbase import Server
 from flcore.training.personal import interpolate, parameter_copies, parameter_views
+from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class pFedMe(Server):
@@ -23,10 +28,9 @@ class pFedMe(Server):
     pulled towards theta); theta is tested."""
     client_class = clientpFedMe
 
-    def __init__(self, args, *rest, **kwargs):
-        check_flags(args)
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
+    def __init__(self, config: RunConfig, hparams: PFedMeParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, model, data)
+        self.beta = hparams.server_mixing
 
     def aggregate_parameters(self) -> None:
         if not self.uploaded_models:
@@ -38,16 +42,3 @@ class pFedMe(Server):
         # BatchNorm variance could turn negative; they keep the plain average.
         copy_into(shared, interpolate(previous, parameter_views(shared), 1.0 - self.beta))
 
-
-def check_flags(args) -> None:
-    if args.beta <= 0:
-        raise ConfigError(f"pFedMe needs -bt/--beta > 0 (server step: (1 - beta) * previous + beta * average; "
-                          f"beta {args.beta} would never move the global model); the paper uses 1 or 2: try -bt 1")
-    if args.K < 1:
-        raise ConfigError(f"pFedMe needs -K/--K >= 1 (inner steps on the personalised model), got {args.K}")
-    if args.p_learning_rate <= 0:
-        raise ConfigError(f"pFedMe needs -lrp/--p_learning_rate > 0 (personal learning rate), "
-                          f"got {args.p_learning_rate}")
-    if args.lamda <= 0:
-        raise ConfigError(f"pFedMe needs -lam/--lamda > 0 (weight of ||theta - w||^2; with 0 the local model "
-                          f"w never moves), got {args.lamda}")
