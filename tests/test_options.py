@@ -91,6 +91,8 @@ def test_every_algorithm_reads_shared_flags_with_their_one_default(name):
 
 
 def test_an_algorithm_refuses_a_shared_flag_naming_it_with_its_own_meaning():
-    flags = parse_args(["-mu", "-1", "-bt", "0"]).algorithm_flags  # -mu -1 is fine for any algorithm that ignores it
-    assert FedProxParams.from_flags(flags).problems() == ["-mu/--mu (FedProx's proximal weight) must be >= 0, got -1.0"]
-    assert PFedMeParams.from_flags(flags).problems()[0].endswith("must be > 0, got 0.0; the paper uses 1 or 2: try -bt 1")
+    flags = parse_args(["-mu", "-1", "-bt", "0"]).algorithm_flags  # fine for the algorithms that ignore them
+    assert FedProxParams.from_flags(flags).problems() == [
+        "-mu/--mu (FedProx's proximal weight) must be >= 0, got -1.0"]
+    assert PFedMeParams.from_flags(flags).problems()[0].endswith(
+        "must be > 0, got 0.0; the paper uses 1 or 2: try -bt 1")

@@ -131,7 +131,7 @@ class PerAvgParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class FedPHPParams(Hyperparameters):
-    distillation_weight: float = reads("lamda", "FedPHP's local loss (1 - lamda) * CE + lamda * MMD", minimum=0,
+    distillation_weight: float = reads("lamda", "FedPHP's MMD weight in (1 - lamda) * CE + lamda * MMD", minimum=0,
                                        below=1, hint="the authors use 0.05 to 0.1: try -lam 0.1")
     inheritance_ceiling: float = reads("mu", "FedPHP's largest weight of the inherited model in its moving "
                                        "average", minimum=0, below=1, hint="the authors use 0.9")

@@ -62,8 +62,10 @@ class FlagSpec:
 
     def bounds(self) -> str:
         """``>= 0``, ``in (0, 1]`` ...; "" when unbounded."""
-        low = ("[", self.minimum) if self.minimum is not None else ("(", self.above) if self.above is not None else None
-        high = ("]", self.maximum) if self.maximum is not None else (")", self.below) if self.below is not None else None
+        low = ("[", self.minimum) if self.minimum is not None else None
+        low = ("(", self.above) if self.above is not None else low
+        high = ("]", self.maximum) if self.maximum is not None else None
+        high = (")", self.below) if self.below is not None else high
         if low and high:
             return f"in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
         if low:

@@ -38,8 +38,8 @@ class LagSettings:
         "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's top-K); "
         "warmup: the authors' code (sum W rounds, then freeze)"))
     # Left out on the command line it depends on -gr: from_args fills in min(gr // 2, 30).
-    warmup: int = flag("--lag_warmup", default=30, type=int, minimum=0, command_line_default=None,
-                       run_key="lag-warmup", help="warm-up rounds W of the warmup schedule (default: min(gr // 2, 30))")
+    warmup: int = flag("--lag_warmup", default=30, type=int, minimum=0, command_line_default=None, run_key="lag-warmup",
+                       help="warm-up rounds W of the warmup schedule (default: min(gr // 2, 30))")
     granularity: str = flag("--lag_granularity", default="module", choices=GRANULARITIES, run_key="lag-granularity",
                             help="a layer is a module (weight and bias together) or a single parameter tensor")
     signal: str = flag("--lag_signal", default="delta", choices=SIGNALS, help=(
