@@ -24,7 +24,6 @@ from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
 from flcore.lag.conflict import with_module_buffers
 from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 # The authors' convergence rule for the start phase: the standard deviation of the last 10 epoch
 # losses below 0.1. The cap is ours: the rule alone may never fire on noisy data.
@@ -41,13 +40,13 @@ def mix(local: torch.Tensor, global_: torch.Tensor, weight: torch.Tensor) -> tor
 class clientALA(Client):
     persistent_attrs = ("ala_weights", "ala_start_phase")
 
-    def __init__(self, config: RunConfig, hparams: FedALAParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.eta = hparams.weight_learning_rate
-        self.rand_percent = hparams.sample_percent
+    hparams: FedALAParams
+
+    def setup(self) -> None:
+        self.eta = self.hparams.weight_learning_rate
+        self.rand_percent = self.hparams.sample_percent
         names = [name for name, _ in self.model.named_parameters()]
-        self.mixed_names = names[-hparams.mixed_tensors:]
+        self.mixed_names = names[-self.hparams.mixed_tensors:]
         params = dict(self.model.named_parameters())
         self.ala_weights: Dict[str, torch.Tensor] = {n: torch.ones_like(params[n]) for n in self.mixed_names}
         self.ala_start_phase = True

@@ -13,20 +13,17 @@ from __future__ import annotations
 from typing import Dict
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedAMPParams
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class clientAMP(Client):
-    def __init__(self, config: RunConfig, hparams: FedAMPParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.proximal_weight
-        self.alphaK = hparams.attention_step
+    hparams: FedAMPParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.proximal_weight
+        self.alphaK = self.hparams.attention_step
         # u_i by parameter name. Rebuilt by every broadcast to a selected client, right before it trains.
         self.cloud_model: Dict[str, torch.Tensor] = {}
 

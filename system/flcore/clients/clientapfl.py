@@ -24,8 +24,6 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import APFLParams
 from flcore.training.personal import interpolate, parameter_views
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class MixingWeight(nn.Module):
@@ -39,12 +37,12 @@ class MixingWeight(nn.Module):
 class clientAPFL(Client):
     persistent_attrs = ("model_local", "mixing")
 
-    def __init__(self, config: RunConfig, hparams: APFLParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
+    hparams: APFLParams
+
+    def setup(self) -> None:
         device = next(self.model.parameters()).device
         self.model_local = copy.deepcopy(self.model)
-        self.mixing = MixingWeight(hparams.initial_mixing, device)
+        self.mixing = MixingWeight(self.hparams.initial_mixing, device)
         # One optimiser (and one decay schedule) for w, v and alpha: the paper uses one step size.
         self.optimizer = self.make_optimizer([
             {"params": list(self.model.parameters())},

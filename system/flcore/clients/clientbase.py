@@ -58,7 +58,7 @@ class Client:
     def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
                  test_data: ClientData, model: nn.Module):
         """``config``: the run's flags, of which the client keeps what it uses as attributes; ``hparams``:
-        what its algorithm takes (set first: ``make_optimizer`` may read it)."""
+        what its algorithm takes (set first: ``make_optimizer`` may read it). Ends with :meth:`setup`."""
         self.hparams = hparams
         self.id = id
         self.train_data = train_data
@@ -77,6 +77,12 @@ class Client:
         self.learning_rate_scheduler = self.make_scheduler(self.optimizer)
         # The client's own generator: batch order does not depend on which clients ran before it.
         self.generator = client_generator(config.seed, id)
+        self.setup()
+
+    def setup(self) -> None:
+        """What an algorithm adds once the base client is built: its hyper-parameters as attributes
+        (``self.hparams``), its own models and state. Overriding ``__init__`` is needed only for work
+        that must come first (e.g. splitting the train data)."""
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=self.learning_rate)

@@ -11,10 +11,7 @@ from typing import FrozenSet
 
 from torch import nn
 
-from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 # _NormBase covers every BatchNorm and InstanceNorm variant (lazy and synchronised ones included).
 NORMALISATION_TYPES = tuple(t for t in (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm,
@@ -33,9 +30,7 @@ def normalisation_tensor_names(module: nn.Module) -> FrozenSet[str]:
 
 
 class clientBN(Client):
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
+    def setup(self) -> None:
         self.local_tensor_names = normalisation_tensor_names(self.shared_module())
 
     def shares(self, name: str) -> bool:

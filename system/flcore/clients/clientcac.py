@@ -12,13 +12,10 @@ from __future__ import annotations
 from typing import Dict, Mapping, Optional
 
 import torch
-from torch import nn
 
 from flcore.aggregation import State, copy_into
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedCACParams
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torch.Tensor:
@@ -39,10 +36,10 @@ def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torc
 class clientCAC(Client):
     persistent_attrs = ("critical_masks",)
 
-    def __init__(self, config: RunConfig, hparams: FedCACParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.tau = hparams.critical_fraction
+    hparams: FedCACParams
+
+    def setup(self) -> None:
+        self.tau = self.hparams.critical_fraction
         self.critical_masks: Dict[str, torch.Tensor] = {}  # empty until the client first trains
         self._start: State = {}  # this round's starting parameters; rebuilt every round
 

@@ -11,24 +11,21 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import DittoParams
 from flcore.training.personal import State, parameter_copies, squared_distance_to
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class clientDitto(Client):
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
-    def __init__(self, config: RunConfig, hparams: DittoParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.mu = hparams.pull_weight
-        self.plocal_epochs = hparams.personal_epochs
+    hparams: DittoParams
+
+    def setup(self) -> None:
+        self.mu = self.hparams.pull_weight
+        self.plocal_epochs = self.hparams.personal_epochs
         self.model_per = copy.deepcopy(self.model)
         self.optimizer_per = self.make_optimizer(self.model_per.parameters())
         self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)

@@ -12,22 +12,20 @@ from __future__ import annotations
 from typing import Dict
 
 import torch
-from torch import nn
 
 from flcore.aggregation import zeros_like_parameters
 from flcore.hyperparameters import FedDynParams
 from flcore.training.received import ReceivedModelClient, squared_distance
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class clientDyn(ReceivedModelClient):
     persistent_attrs = ("previous_gradient",)
 
-    def __init__(self, config: RunConfig, hparams: FedDynParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.alpha = hparams.regulariser_weight
+    hparams: FedDynParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.alpha = self.hparams.regulariser_weight
         self.previous_gradient: Dict[str, torch.Tensor] = zeros_like_parameters(self.model)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

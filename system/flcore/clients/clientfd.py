@@ -13,13 +13,10 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FDParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def distillation_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: ClassVectors) -> torch.Tensor:
@@ -30,10 +27,10 @@ def distillation_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: Class
 
 
 class clientFD(Client):
-    def __init__(self, config: RunConfig, hparams: FDParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.distillation_weight
+    hparams: FDParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.distillation_weight
         # Rebuilt every round: the global logits arrive with each broadcast, the local ones are
         # collected afresh during each local training.
         self.global_logits: Optional[ClassVectors] = None

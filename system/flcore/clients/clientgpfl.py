@@ -15,14 +15,11 @@ from __future__ import annotations
 from typing import Iterable, Optional, Tuple
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import GPFLParams
 from flcore.training.label_counts import class_proportions
 from flcore.trainmodel.gpfl_model import conditional_inputs
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def magnitude_loss(global_features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -31,11 +28,11 @@ def magnitude_loss(global_features: torch.Tensor, targets: torch.Tensor) -> torc
 
 
 class clientGPFL(Client):
-    def __init__(self, config: RunConfig, hparams: GPFLParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.guidance_weight
-        self.model.class_weights = class_proportions(train_data.y, self.num_classes)
+    hparams: GPFLParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.guidance_weight
+        self.model.class_weights = class_proportions(self.train_data.y, self.num_classes)
         # This round's received embeddings and the two conditions made from them (rebuilt every round).
         self.received_embeddings: Optional[torch.Tensor] = None
         self.round_conditions: Optional[Tuple[torch.Tensor, torch.Tensor]] = None

@@ -11,12 +11,9 @@ gets no gradient, computed without NaN. Evaluation uses the raw logits.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedLCParams
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
@@ -29,10 +26,10 @@ def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 class clientLC(Client):
-    def __init__(self, config: RunConfig, hparams: FedLCParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.tau = hparams.calibration_strength
+    hparams: FedLCParams
+
+    def setup(self) -> None:
+        self.tau = self.hparams.calibration_strength
         # Fixed by the client's data, so derived here rather than carried as state.
         self.class_counts = torch.bincount(self.train_data.y, minlength=self.num_classes)
         self.logit_offsets = calibration_offsets(self.class_counts, self.tau)

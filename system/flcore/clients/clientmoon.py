@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.hyperparameters import MOONParams
 from flcore.training.received import ReceivedModelClient, frozen_copy
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
@@ -34,11 +31,12 @@ def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: 
 class clientMOON(ReceivedModelClient):
     persistent_attrs = ("previous_base",)
 
-    def __init__(self, config: RunConfig, hparams: MOONParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.mu = hparams.contrastive_weight
-        self.tau = hparams.temperature
+    hparams: MOONParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.mu = self.hparams.contrastive_weight
+        self.tau = self.hparams.temperature
         self.previous_base = frozen_copy(self.model.base)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from flcore.hyperparameters import FedNTDParams
 from flcore.training.received import ReceivedModelClient
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def not_true_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -36,11 +33,12 @@ def not_true_distillation(local_logits: torch.Tensor, global_logits: torch.Tenso
 
 
 class clientNTD(ReceivedModelClient):
-    def __init__(self, config: RunConfig, hparams: FedNTDParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.beta = hparams.distillation_weight
-        self.tau = hparams.temperature
+    hparams: FedNTDParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.beta = self.hparams.distillation_weight
+        self.tau = self.hparams.temperature
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = self.model(x)

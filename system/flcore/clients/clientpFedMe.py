@@ -12,26 +12,23 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PFedMeParams
 from flcore.training.personal import State, parameter_views, run_batch_steps, squared_distance_to
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class clientpFedMe(Client):
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
-    def __init__(self, config: RunConfig, hparams: PFedMeParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.moreau_weight
-        self.K = hparams.inner_steps
+    hparams: PFedMeParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.moreau_weight
+        self.K = self.hparams.inner_steps
         self.model_per = copy.deepcopy(self.model)
-        self.optimizer_per = torch.optim.SGD(self.model_per.parameters(), lr=hparams.personal_learning_rate)
+        self.optimizer_per = torch.optim.SGD(self.model_per.parameters(), lr=self.hparams.personal_learning_rate)
         self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)
         self.anchor: State = {}  # live views of w: the prox centre follows w's in-place updates
 

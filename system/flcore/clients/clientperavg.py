@@ -33,6 +33,7 @@ ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the trainin
 class clientPerAvg(Client):
     persistent_attrs = ("meta_optimizer", "adaptation_generator")
 
+    # Not setup(): the adaptation stream is seeded from the run's seed, which a client does not keep.
     def __init__(self, config: RunConfig, hparams: PerAvgParams, id: int, train_data: ClientData,
                  test_data: ClientData, model: nn.Module):
         super().__init__(config, hparams, id, train_data, test_data, model)

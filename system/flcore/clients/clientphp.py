@@ -22,8 +22,6 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPHPParams
 from flcore.training.personal import interpolate
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
@@ -46,11 +44,11 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
 class clientPHP(Client):
     persistent_attrs = ("model_hpm", "participations")
 
-    def __init__(self, config: RunConfig, hparams: FedPHPParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.distillation_weight
-        self.mu = hparams.inheritance_ceiling
+    hparams: FedPHPParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.distillation_weight
+        self.mu = self.hparams.inheritance_ceiling
         self.expected_participations = 1  # set by the server, which knows how it samples
         self.model_hpm = copy.deepcopy(self.model).requires_grad_(False)
         self.participations = 0

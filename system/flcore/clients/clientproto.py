@@ -14,14 +14,12 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
-from utils.run_config import RunConfig
 
 
 def prototype_distances(features: torch.Tensor, prototypes: ClassVectors) -> torch.Tensor:
@@ -49,10 +47,10 @@ def fill_missing(prototypes: ClassVectors, own: ClassVectors) -> ClassVectors:
 
 
 class clientProto(Client):
-    def __init__(self, config: RunConfig, hparams: FedProtoParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.lamda = hparams.prototype_weight
+    hparams: FedProtoParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.prototype_weight
         # Rebuilt every round: the server sends the global prototypes before anything reads them,
         # and the local ones are computed at the end of each local training.
         self.global_prototypes: Optional[ClassVectors] = None

@@ -8,19 +8,17 @@ optimiser; for plain SGD that is the gradient of this loss term, so the two are 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flcore.hyperparameters import FedProxParams
 from flcore.training.received import ReceivedModelClient, squared_distance
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 class clientProx(ReceivedModelClient):
-    def __init__(self, config: RunConfig, hparams: FedProxParams, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
-        self.mu = hparams.prox_weight
+    hparams: FedProxParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.mu = self.hparams.prox_weight
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = self.loss(self.model(x), y)

@@ -14,11 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.training.label_counts import class_counts
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, log_counts: torch.Tensor) -> torch.Tensor:
@@ -47,13 +44,11 @@ class clientROD(Client):
     persistent_attrs = ("personal_head", "personal_optimizer")
     personal_layer_attrs = ("personal_head",)  # FedLAG's K counts it (flcore/lag/mixin.py)
 
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
+    def setup(self) -> None:
         # As in PFLlib, the personal head starts as a copy of the initial generic head.
         self.personal_head = copy.deepcopy(self.model.head)
         self.personal_optimizer = torch.optim.SGD(self.personal_head.parameters(), lr=self.learning_rate)
-        self.log_class_counts = class_counts(train_data.y, self.num_classes).log()
+        self.log_class_counts = class_counts(self.train_data.y, self.num_classes).log()
 
     def begin_local_training(self) -> None:
         self.personal_head.train()

@@ -13,13 +13,9 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
-from torch import nn
 
 from flcore.aggregation import zeros_like_parameters
-from flcore.algorithm_flags import Hyperparameters
 from flcore.training.received import ReceivedModelClient
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 Controls = Dict[str, torch.Tensor]
 
@@ -29,9 +25,8 @@ class clientSCAFFOLD(ReceivedModelClient):
     # by training but read by the server, so both travel with the client wherever it trains.
     persistent_attrs = ("control", "server_control", "control_delta")
 
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
+    def setup(self) -> None:
+        super().setup()
         self.control: Controls = self._zeros()          # c_i
         self.server_control: Controls = self._zeros()   # c, as last received
         self.control_delta: Controls = self._zeros()    # c_i+ - c_i of the last local training

@@ -11,22 +11,16 @@ from __future__ import annotations
 from typing import List, Sequence
 
 import torch
-from torch import nn
 
-from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.servers.serverbase import Server
 from flcore.training.classvectors import ClassVectors, average_over_holders
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class ClassVectorServer(Server):
     persistent_attrs = ("global_vectors", "global_present")
 
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, times: int, model: nn.Module,
-                 data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
+    def setup(self) -> None:
         classes = int(self.num_classes)
         self.global_vectors = torch.zeros(classes, self.vector_dim(), device=self.device)
         self.global_present = torch.zeros(classes, dtype=torch.bool, device=self.device)

@@ -19,15 +19,12 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientamp import clientAMP
 from flcore.hyperparameters import FedAMPParams
 from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 State = Dict[str, torch.Tensor]
 
@@ -53,10 +50,11 @@ class FedAMP(Server):
     global model), then -ften epochs of plain cross-entropy fine-tuning."""
     client_class = clientAMP
 
-    def __init__(self, config: RunConfig, hparams: FedAMPParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.alphaK = hparams.attention_step
-        self.sigma = hparams.kernel_width
+    hparams: FedAMPParams
+
+    def setup(self) -> None:
+        self.alphaK = self.hparams.attention_step
+        self.sigma = self.hparams.kernel_width
 
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""

@@ -12,13 +12,9 @@ each client last held, so the last aggregate is never used), and the fine-tuned 
 own series instead of one extra entry appended to ``rs_test_acc``. PFLlib once froze the wrong
 module while fine-tuning (TsingZ0/PFLlib#245); here fine-tuning trains both.
 """
-from torch import nn
-
 from flcore.clients.clientbabu import clientBABU
 from flcore.hyperparameters import FedBABUParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class FedBABU(Server):
@@ -27,9 +23,10 @@ class FedBABU(Server):
     together, as every client does in :meth:`finish`."""
     client_class = clientBABU
 
-    def __init__(self, config: RunConfig, hparams: FedBABUParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.fine_tuning_epochs = hparams.fine_tuning_epochs
+    hparams: FedBABUParams
+
+    def setup(self) -> None:
+        self.fine_tuning_epochs = self.hparams.fine_tuning_epochs
 
     def finish(self) -> None:
         self.send_models()

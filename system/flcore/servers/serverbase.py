@@ -22,12 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from flcore.algorithm_flags import Hyperparameters
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
+from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client, DivergenceError
 from flcore.executors import SequentialExecutor, make_executor
 from flcore.lag.settings import LagSettings
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
+from utils import progress
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
@@ -36,14 +37,13 @@ from utils.data_utils import DatasetInfo, load_client_splits
 from utils.errors import UserError
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
-from utils import progress
 from utils.progress import RoundReporter
 from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
-from utils.run_lock import RunLock
 from utils.run_config import RunConfig
+from utils.run_lock import RunLock
 from utils.run_table import csv_path, git_revision, write_run_csv
-from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 from utils.seeding import sampler_rng
+from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 
 
 def validation_accuracy(clients: Sequence[Client]) -> float:
@@ -76,7 +76,7 @@ class Server:
     def __init__(self, config: RunConfig, hparams: Hyperparameters, times: int, model: nn.Module,
                  data: DatasetInfo):
         """``config``: this run's flags (seeded for run ``times``); ``hparams``: what the algorithm takes
-        (its registry row's dataclass), which its clients receive too."""
+        (its registry row's dataclass), which its clients receive too. Ends with :meth:`setup`."""
         self.config = config
         self.hparams = hparams
         self.times = times
@@ -124,6 +124,12 @@ class Server:
         self.history: Dict[str, list] = {name: [] for name in ("rs_test_acc", "rs_test_auc", "rs_train_loss",
                                                                "rs_client_acc", "rs_eval_round", "rs_round_time")}
         self._bind_history()
+        self.setup()
+
+    def setup(self) -> None:
+        """What an algorithm adds once the base server and its clients are built: its hyper-parameters
+        as attributes (``self.hparams``), its own state. Overriding ``__init__`` is needed only for work
+        that must come first (e.g. wrapping the model)."""
 
     def _bind_history(self) -> None:
         """PFLlib's attribute names for the three classic series."""

@@ -20,14 +20,11 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 import torch
-from torch import nn
 
 from flcore.aggregation import State, named_tensors, weighted_average
 from flcore.clients.clientcac import clientCAC
 from flcore.hyperparameters import FedCACParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 def mask_overlaps(masks: Sequence[Dict[str, torch.Tensor]]) -> torch.Tensor:
@@ -63,9 +60,10 @@ class FedCAC(Server):
     client_class = clientCAC
     persistent_attrs = ("previous_uploaders",)
 
-    def __init__(self, config: RunConfig, hparams: FedCACParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.beta = hparams.threshold_rounds
+    hparams: FedCACParams
+
+    def setup(self) -> None:
+        self.beta = self.hparams.threshold_rounds
         self.previous_uploaders: List[int] = []  # ids whose models and masks form the customised models
 
     def customised_models(self) -> Tuple[Dict[int, State], float, float]:

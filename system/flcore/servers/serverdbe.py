@@ -19,14 +19,11 @@ and goes to every client with each broadcast.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flcore.aggregation import sample_weights, weighted_average
 from flcore.clients.clientdbe import clientDBE
 from flcore.hyperparameters import FedDBEParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class FedDBE(Server):
@@ -37,8 +34,9 @@ class FedDBE(Server):
     client_class = clientDBE
     persistent_attrs = ("global_feature_mean",)
 
-    def __init__(self, config: RunConfig, hparams: FedDBEParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
+    hparams: FedDBEParams
+
+    def setup(self) -> None:
         self.global_feature_mean = self.initial_global_mean()
 
     def initial_global_mean(self) -> torch.Tensor:

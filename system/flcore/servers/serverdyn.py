@@ -13,14 +13,11 @@ from __future__ import annotations
 from typing import Dict
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, zeros_like_parameters
 from flcore.clients.clientdyn import clientDyn
 from flcore.hyperparameters import FedDynParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class FedDyn(Server):
@@ -29,9 +26,10 @@ class FedDyn(Server):
     client_class = clientDyn
     persistent_attrs = ("server_state",)
 
-    def __init__(self, config: RunConfig, hparams: FedDynParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.alpha = hparams.regulariser_weight
+    hparams: FedDynParams
+
+    def setup(self) -> None:
+        self.alpha = self.hparams.regulariser_weight
         # The paper's h: -alpha/N times the sum of every drift w_k - w_global uploaded so far.
         self.server_state: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
 

@@ -16,14 +16,11 @@ from __future__ import annotations
 from typing import List, Optional
 
 import numpy as np
-from torch import nn
 
 from flcore.aggregation import State, named_tensors
 from flcore.clients.clientfomo import clientFomo
 from flcore.hyperparameters import FedFomoParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class FedFomo(Server):
@@ -34,9 +31,10 @@ class FedFomo(Server):
     client_class = clientFomo
     persistent_attrs = ("affinity", "stored_models")
 
-    def __init__(self, config: RunConfig, hparams: FedFomoParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.models_per_client = hparams.models_per_client
+    hparams: FedFomoParams
+
+    def setup(self) -> None:
+        self.models_per_client = self.hparams.models_per_client
         self.affinity = np.zeros((self.num_clients, self.num_clients), dtype=np.float64)
         # Each client's last upload (parameters and buffers), by client id; None until it uploads.
         self.stored_models: List[Optional[State]] = [None] * self.num_clients

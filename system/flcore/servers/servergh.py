@@ -21,8 +21,6 @@ from torch import nn
 from flcore.clients.clientgh import clientGH
 from flcore.hyperparameters import FedGHParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class FedGH(Server):
@@ -31,10 +29,11 @@ class FedGH(Server):
     head together, as FedGH's clients train."""
     client_class = clientGH
 
-    def __init__(self, config: RunConfig, hparams: FedGHParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.head_learning_rate = hparams.head_learning_rate
-        self.batch_size = config.batch_size  # the global head trains on the prototypes in client-sized batches
+    hparams: FedGHParams
+
+    def setup(self) -> None:
+        self.head_learning_rate = self.hparams.head_learning_rate
+        self.batch_size = self.config.batch_size  # the global head trains on the prototypes in client-sized batches
         self.uploaded_prototypes: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
     def receive_models(self) -> None:

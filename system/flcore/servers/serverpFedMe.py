@@ -11,15 +11,11 @@ pFedMe refuses ``-bt <= 0`` instead of running such a no-op.
 """
 from __future__ import annotations
 
-from torch import nn
-
 from flcore.aggregation import copy_into
 from flcore.clients.clientpFedMe import clientpFedMe
 from flcore.hyperparameters import PFedMeParams
 from flcore.servers.serverbase import Server
 from flcore.training.personal import interpolate, parameter_copies, parameter_views
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class pFedMe(Server):
@@ -28,9 +24,10 @@ class pFedMe(Server):
     pulled towards theta); theta is tested."""
     client_class = clientpFedMe
 
-    def __init__(self, config: RunConfig, hparams: PFedMeParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.beta = hparams.server_mixing
+    hparams: PFedMeParams
+
+    def setup(self) -> None:
+        self.beta = self.hparams.server_mixing
 
     def aggregate_parameters(self) -> None:
         if not self.uploaded_models:

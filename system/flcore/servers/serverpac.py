@@ -28,8 +28,6 @@ from flcore.clients.clientpac import clientPAC
 from flcore.hyperparameters import FedPACParams
 from flcore.servers.serverbase import Server
 from flcore.training.classfeatures import pooled_prototypes
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 SMALL_WEIGHT = 1e-3  # weights below this are dropped and the rest renormalised (reference code: 1e-3)
 
@@ -41,8 +39,9 @@ class FedPAC(Server):
     client_class = clientPAC
     persistent_attrs = ("global_prototypes", "global_prototype_mask")
 
-    def __init__(self, config: RunConfig, hparams: FedPACParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
+    hparams: FedPACParams
+
+    def setup(self) -> None:
         self.global_prototypes: Optional[torch.Tensor] = None
         self.global_prototype_mask: Optional[torch.Tensor] = None
         self.uploaded_heads: List[nn.Module] = []

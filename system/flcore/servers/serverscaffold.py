@@ -13,14 +13,11 @@ from __future__ import annotations
 from typing import Dict, List
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average, zeros_like_parameters
 from flcore.clients.clientscaffold import clientSCAFFOLD
 from flcore.hyperparameters import SCAFFOLDParams
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
 
 
 class SCAFFOLD(Server):
@@ -29,9 +26,10 @@ class SCAFFOLD(Server):
     client_class = clientSCAFFOLD
     persistent_attrs = ("control",)
 
-    def __init__(self, config: RunConfig, hparams: SCAFFOLDParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, model, data)
-        self.server_learning_rate = hparams.server_learning_rate
+    hparams: SCAFFOLDParams
+
+    def setup(self) -> None:
+        self.server_learning_rate = self.hparams.server_learning_rate
         self.control: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
         self.uploaded_control_deltas: List[Dict[str, torch.Tensor]] = []
 

@@ -17,10 +17,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -41,9 +38,7 @@ def squared_distance(model: nn.Module, reference: nn.Module) -> torch.Tensor:
 class ReceivedModelClient(Client):
     """A client that holds ``received_model`` (what it started from) while it trains."""
 
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        super().__init__(config, hparams, id, train_data, test_data, model)
+    def setup(self) -> None:
         self.received_model: Optional[nn.Module] = None
 
     def begin_local_training(self) -> None:
