@@ -157,8 +157,8 @@ def project_config(context: Context, repo: Path):
     warmup = run_int(context, "lag-warmup", -1, -1)  # -1: main.py's default
     keys = run_keys()
     values = {**APP_DEFAULTS, **{key: run[key] for key in keys if key in run}}
-    values.update({"device": setting(context, "device", APP_DEFAULTS["device"]), "data-dir": data_dir(context, repo),
-                   "results-dir": results_dir(context, repo)})
+    values["device"] = setting(context, "device", APP_DEFAULTS["device"])  # a SuperNode's own comes first
+    values["data-dir"], values["results-dir"] = data_dir(context, repo), results_dir(context, repo)
     values.pop("lag-warmup", None)
     if warmup >= 0:
         values["lag-warmup"] = warmup
