@@ -98,9 +98,9 @@ def gram_vs_loop() -> None:
 def round_share() -> None:
     from flcore.runner import build_server, prepare
     from utils.options import parse_args
-    args, _ = prepare(parse_args(["-algo", "FedLAG", "-data", "MNIST", "-m", "CNN", "-gr", "0", "-dev", "cpu",
-                                  "-go", "bench"]))
-    server = build_server(args)
+    config, _ = prepare(parse_args(["-algo", "FedLAG", "-data", "MNIST", "-m", "CNN", "-gr", "0", "-dev", "cpu",
+                                    "-go", "bench"]))
+    server = build_server(config)
     from flcore.servers.serverbase import Server
     timings = {}
 

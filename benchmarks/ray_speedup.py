@@ -29,8 +29,8 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from flcore.runner import build_server, prepare
 from utils.options import parse_args
-args, _ = prepare(parse_args(sys.argv[2:]))
-server = build_server(args)
+config, _ = prepare(parse_args(sys.argv[2:]))
+server = build_server(config)
 spent = []
 original = server.train_clients
 def timed(clients):

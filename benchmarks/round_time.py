@@ -96,10 +96,10 @@ def main() -> None:
     opts = cli.parse_args()
     ensure_mnist(opts.source, opts.name)
 
-    args, _ = prepare(parse_args(["-data", opts.name, "-m", "CNN", "-lbs", "10", "-ls", "1", "-jr", "1",
-                                  "-nc", "20", "-gr", str(opts.rounds - 1), "-dev", "cpu", "-go", "bench"]))
+    config, _ = prepare(parse_args(["-data", opts.name, "-m", "CNN", "-lbs", "10", "-ls", "1", "-jr", "1",
+                                    "-nc", "20", "-gr", str(opts.rounds - 1), "-dev", "cpu", "-go", "bench"]))
     start = time.perf_counter()
-    server = build_server(args)
+    server = build_server(config)
     setup = time.perf_counter() - start
     totals = defaultdict(float)
     time_phases(server, totals)

@@ -31,28 +31,29 @@ from utils.accuracy_summary import AccuracySummary  # noqa: E402
 from utils.errors import UserError  # noqa: E402
 from utils.options import parse_args, setup_problems  # noqa: E402
 from utils.paths import display_path  # noqa: E402
+from utils.run_config import RunConfig  # noqa: E402
 
 # Printed as one line, exit status 2. LagError stands beside UserError because flcore/lag/ imports
 # only torch (it drops into a PFLlib checkout unchanged).
 USER_ERRORS = (UserError, LagError)
 
 
-def run(args) -> None:
-    problems, warnings = setup_problems(args)
+def run(config: RunConfig) -> None:
+    problems, warnings = setup_problems(config)
     if problems:
         raise ConfigError("; ".join(problems))
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    args, note = prepare(args)
+    config, note = prepare(config)
     if note:
         print(f"note: {note}")
-    print(f"{args.algorithm} | data {args.dataset} | model {args.model} | {args.num_clients} clients "
-          f"x {args.join_ratio} | {args.global_rounds} rounds | device {args.device} | seed {args.seed}")
+    print(f"{config.algorithm} | data {config.dataset} | model {config.model} | {config.num_clients} clients "
+          f"x {config.join_ratio} | {config.global_rounds} rounds | device {config.device} | seed {config.seed}")
     summaries = []
-    for i in range(args.prev, args.times):
-        print(f"\n=== run {i} (seed {args.seed + i}) ===")
+    for i in range(config.prev, config.times):
+        print(f"\n=== run {i} (seed {config.seed + i}) ===")
         start = time.perf_counter()
-        server = build_server(args, i)
+        server = build_server(config, i)
         server.train()
         s = server.accuracy_summary()
         summaries.append(s)
@@ -115,10 +116,10 @@ def comparison_hint(algorithm: str, argv: list) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    config = parse_args(argv)
     try:
-        run(args)
-        hint = comparison_hint(args.algorithm, argv)
+        run(config)
+        hint = comparison_hint(config.algorithm, argv)
         if hint:
             print(hint)
     except USER_ERRORS as err:

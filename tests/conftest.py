@@ -16,7 +16,7 @@ TEST_THREADS = 1
 torch.set_num_threads(TEST_THREADS)
 
 from dataset.utils.generate import PartitionOptions, build_dataset
-from flcore.runner import build_server, prepare
+from flcore.runner import build_server, hyperparameters, prepare
 from utils.options import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,8 +80,8 @@ def cli(data_dir: Path, results_dir: Path, *extra: str) -> list[str]:
 
 
 def server_for(data_dir: Path, results_dir: Path, *extra: str, run: int = 0):
-    args, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
-    return build_server(args, run)
+    config, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
+    return build_server(config, run)
 
 
 def state_equal(a: dict, b: dict, names: Iterable[str] | None = None) -> bool:
@@ -105,11 +105,11 @@ def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str
     from flcore.trainmodel.models import build_model, split_head
     from utils.data_utils import dataset_info
     from utils.seeding import seed_everything
-    args, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
-    seed_everything(args.seed)
-    info = dataset_info(args.dataset, args.num_clients, args.data_dir)
-    model = build_model(args.model, info.input_shape, args.num_classes)
-    return server_class(args, 0, split_head(model) if head_split else model, info)
+    config, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
+    seed_everything(config.seed)
+    info = dataset_info(config.dataset, config.num_clients, config.data_dir)
+    model = build_model(config.model, info.input_shape, config.num_classes)
+    return server_class(config, hyperparameters(config), 0, split_head(model) if head_split else model, info)
 
 
 def play_round(server):

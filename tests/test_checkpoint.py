@@ -99,7 +99,7 @@ def test_resume_with_other_flags_is_refused(data_dir, tmp_path):
 def test_a_checkpoint_from_before_a_flag_existed_resumes_while_the_flag_is_at_its_default(data_dir, tmp_path):
     from utils.checkpoint import checkpoint_folder, config_differences
     server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
-    current = vars(server.args)
+    current = server.config.flags()
     older = {k: v for k, v in current.items() if k != "max_len"}   # written before -ml existed
     assert config_differences(older, current) == []
     assert checkpoint_folder(server.results_file(), older) == checkpoint_folder(server.results_file(), current)

@@ -63,7 +63,7 @@ def test_rs_test_acc_reports_the_personal_models_and_rs_global_the_received_glob
     server.evaluate()
     h = server.history
     assert h["rs_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_per))
-    assert h["rs_train_loss"][-1] == pytest.approx(uniform_loss(server.args.num_classes), rel=1e-6)
+    assert h["rs_train_loss"][-1] == pytest.approx(uniform_loss(server.num_classes), rel=1e-6)
     assert h["rs_global_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model))
     assert h["rs_global_train_loss"][-1] == pytest.approx(train_loss_of(server.clients, lambda c: c.model), rel=1e-5)
     assert h["rs_test_acc"][-1] != h["rs_global_test_acc"][-1]

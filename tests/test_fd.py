@@ -39,7 +39,7 @@ def test_uploads_are_per_class_means_of_the_training_logits_and_the_server_pools
             if len(rows):
                 assert torch.allclose(upload.vectors[k], rows.mean(0), atol=1e-5)
     server.aggregate_parameters()
-    for k in range(server.args.num_classes):
+    for k in range(server.num_classes):
         holders = [u.vectors[k] for u in server.uploaded_vectors if u.present[k]]
         assert bool(server.global_present[k]) == bool(holders)
         if holders:

@@ -69,7 +69,7 @@ def test_global_mean_is_deterministic_order_free_and_sample_weighted(data_dir, t
     # Recomputed in reverse client order, from fresh generators, with the global RNG disturbed.
     means = {}
     for client in reversed(second.clients):
-        client.generator = client_generator(second.args.seed, client.id)
+        client.generator = client_generator(second.config.seed, client.id)
         torch.rand(5)
         means[client.id] = client.initial_feature_mean(second.global_model)
     weights = sample_weights([c.train_samples for c in second.clients])

@@ -108,7 +108,7 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
     uploaders = [c for c in server.clients if c.id in server.uploaded_ids]
     assert len(uploaders) == 3
     # Global prototypes: per class, sample-count-weighted mean of the uploaded prototypes.
-    for k in range(server.args.num_classes):
+    for k in range(server.num_classes):
         n = sum(float(c.prototype_counts[k]) for c in uploaders)
         assert bool(server.global_prototype_mask[k]) == (n > 0)
         if n:

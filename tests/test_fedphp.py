@@ -46,6 +46,12 @@ def test_hpm_inherits_mu_c_of_itself_and_the_rest_from_the_trained_model(data_di
     assert client.inheritance_weight() == pytest.approx(0.9)  # capped at -mu
 
 
+def test_the_server_tells_every_client_how_often_it_takes_part(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, *FLAGS, "-gr", "10", "-jr", "0.5")
+    newcomers = server.set_clients([0])  # as -nnc builds them
+    assert {c.expected_participations for c in server.clients + newcomers} == {5}  # int(jr * gr)
+
+
 def test_local_loss_is_weighted_ce_plus_mmd_to_the_hpm_features(data_dir, tmp_path):
     client = server_for(data_dir, tmp_path, *FLAGS).clients[0]
     wiggle_(client.model_hpm, scale=0.3)
@@ -67,7 +73,7 @@ def test_the_reported_model_is_the_hpm(data_dir, tmp_path):
     server.send_models()
     server.evaluate()
     assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_hpm))
-    assert server.rs_train_loss[-1] == pytest.approx(uniform_loss(server.args.num_classes), rel=1e-6)
+    assert server.rs_train_loss[-1] == pytest.approx(uniform_loss(server.num_classes), rel=1e-6)
 
 
 def test_fedphp_plus_lag_personalises_k_tensors_and_leaves_the_hpm_alone(data_dir, tmp_path):
@@ -76,7 +82,7 @@ def test_fedphp_plus_lag_personalises_k_tensors_and_leaves_the_hpm_alone(data_di
 
 
 def test_lamda_one_the_shared_default_is_refused(data_dir, tmp_path):
-    with pytest.raises(ConfigError, match="-lam/--lamda in \\[0, 1\\)"):
+    with pytest.raises(ConfigError, match="-lam/--lamda .*must be in \\[0, 1\\)"):
         server_for(data_dir, tmp_path, "-algo", "FedPHP")
 
 

@@ -43,7 +43,7 @@ def test_uploads_are_class_mean_features_and_the_server_pools_them_unweighted(da
             if len(rows):
                 assert torch.allclose(upload.vectors[k], rows.mean(0), atol=1e-5)
     server.aggregate_parameters()
-    for k in range(server.args.num_classes):
+    for k in range(server.num_classes):
         holders = [u.vectors[k] for u in server.uploaded_vectors if u.present[k]]
         assert bool(server.global_present[k]) == bool(holders)
         if holders:

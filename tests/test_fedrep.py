@@ -49,7 +49,7 @@ def test_head_stage_runs_first_with_pls_epochs_then_base_stage_with_ls_epochs(da
     client.run_epochs = recording
     client.train()
     assert stages == [(3, client.head_optimizer, {"head"}), (2, client.optimizer, {"base"})]
-    lr, gamma = client.args.local_learning_rate, client.args.learning_rate_decay_gamma
+    lr, gamma = client.learning_rate, client.learning_rate_decay_gamma
     assert client.head_optimizer.param_groups[0]["lr"] == pytest.approx(lr * gamma)
     assert client.optimizer.param_groups[0]["lr"] == pytest.approx(lr * gamma)
 
@@ -59,7 +59,7 @@ def test_head_optimiser_and_its_decay_survive_a_state_round_trip(data_dir, tmp_p
     trained.train()
     fresh = server_for(data_dir, tmp_path, "-algo", "FedRep", "-ld", "-ldg", "0.5").clients[0]
     fresh.set_state(trained.get_state())
-    assert fresh.head_optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * trained.args.local_learning_rate)
+    assert fresh.head_optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * trained.learning_rate)
     assert fresh.head_scheduler.last_epoch == 1
     assert state_equal(named_tensors(fresh.model), named_tensors(trained.model))
 

@@ -14,7 +14,7 @@ import flcore.clients.clientproto as clientproto
 from flcore.aggregation import named_tensors
 from flcore.registry import valid_names
 from flcore.training.classvectors import ClassVectors
-from flcore.runner import build_server, prepare
+from flcore.runner import build_server, hyperparameters, prepare
 from utils.options import parse_args
 from utils.result_utils import read_results
 from conftest import cli, server_for, state_equal
@@ -63,8 +63,8 @@ def test_every_algorithm_fine_tunes_and_reports_a_new_client(digits_dir, tmp_pat
     flags = ["-algo", name, "-data", "Digits", "-nc", "4", "-nnc", "1", "-ften", "1", "-gr", "1", "-dev", "cpu",
              "-m", "DNN", "-lr", "0.05", "--data_dir", str(digits_dir), "--results_dir", str(tmp_path),
              "--lag_granularity", "tensor", *method_flags(name)]
-    args, _ = prepare(parse_args(flags))
-    server = build_server(args, 0)
+    config, _ = prepare(parse_args(flags))
+    server = build_server(config, 0)
     server.train()
     arrays, attrs = read_results(server.results_file())
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
@@ -131,12 +131,12 @@ def test_fedbn_newcomer_keeps_fresh_normalisation_layers(data_dir, tmp_path):
     from flcore.servers.serverbn import FedBN
     from utils.data_utils import dataset_info
     from utils.seeding import seed_everything
-    args, _ = prepare(parse_args(cli(data_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-nnc", "1", "-ften", "0",
-                                     "-gr", "1")))
-    seed_everything(args.seed)
+    config, _ = prepare(parse_args(cli(data_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-nnc", "1", "-ften", "0",
+                                       "-gr", "1")))
+    seed_everything(config.seed)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16),
                                 torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    server = FedBN(args, 0, model, dataset_info(args.dataset, 5, args.data_dir))
+    server = FedBN(config, hyperparameters(config), 0, model, dataset_info(config.dataset, 5, config.data_dir))
     initial = snapshot(server.clients[0].model)
     server.train()
     newcomer = server.new_clients[0]

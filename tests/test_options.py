@@ -4,8 +4,13 @@ import sys
 
 import pytest
 
+from dataclasses import fields
+
 from conftest import REPO
-from utils.options import parse_args
+from flcore.algorithm_flags import SOURCE, AlgorithmFlags
+from flcore.hyperparameters import FedProxParams, PFedMeParams
+from flcore.registry import ALGORITHMS
+from utils.options import build_parser, parse_args
 
 
 @pytest.mark.parametrize("text,expected", [("False", False), ("false", False), ("0", False), ("no", False),
@@ -57,3 +62,37 @@ def test_unknown_names_list_the_valid_ones_and_exit_non_zero(flag, value, listed
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert listed in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_shared_hyperparameter_and_lag_flags_keep_their_names_and_defaults():
+    defaults = {a.option_strings[0]: a.default for a in build_parser()._actions if a.option_strings}
+    assert {flag: defaults[flag] for flag in ("-bt", "-lam", "-mu", "-K", "-lrp", "-M", "-alk", "-sg", "-al", "-pls",
+                                             "-tau", "-fte", "-slr", "-et", "-s", "-p", "-mo", "-klw")} == {
+        "-bt": 0.0, "-lam": 1.0, "-mu": 0.0, "-K": 5, "-lrp": 0.01, "-M": 5, "-alk": 1.0, "-sg": 1.0, "-al": 1.0,
+        "-pls": 1, "-tau": 1.0, "-fte": 10, "-slr": 1.0, "-et": 1.0, "-s": 80, "-p": 2, "-mo": 0.1, "-klw": 0.0}
+    assert {flag: value for flag, value in defaults.items() if flag.startswith("--lag_")} == {
+        "--lag_top_k": 1, "--lag_xi": 0.0, "--lag_schedule": "smoothed", "--lag_warmup": None,
+        "--lag_granularity": "module", "--lag_signal": "delta", "--lag_decay": 0.9, "--lag_margin": 0.1}
+
+
+def test_the_run_record_holds_every_flag_in_command_line_order():
+    config = parse_args(["-gr", "10", "-mu", "0.5"])
+    dests = [a.dest for a in build_parser()._actions if a.option_strings and a.dest != "help"]
+    assert list(config.flags()) == dests  # the keys of the .h5's config and of the checkpoints
+    assert config.flags()["mu"] == 0.5 and config.lag.warmup == config.flags()["lag_warmup"] == 5  # min(gr // 2, 30)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_algorithm_reads_shared_flags_with_their_one_default(name):
+    declared = ALGORITHMS[name].hyperparameters
+    taken = declared.from_flags(AlgorithmFlags())
+    for f in fields(declared):
+        assert getattr(taken, f.name) == f.default == getattr(AlgorithmFlags(), f.metadata[SOURCE]), f.name
+
+
+def test_an_algorithm_refuses_a_shared_flag_naming_it_with_its_own_meaning():
+    flags = parse_args(["-mu", "-1", "-bt", "0"]).algorithm_flags  # fine for the algorithms that ignore them
+    assert FedProxParams.from_flags(flags).problems() == [
+        "-mu/--mu (FedProx's proximal weight) must be >= 0, got -1.0"]
+    assert PFedMeParams.from_flags(flags).problems()[0].endswith(
+        "must be > 0, got 0.0; the paper uses 1 or 2: try -bt 1")

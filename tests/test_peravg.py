@@ -64,7 +64,7 @@ def test_evaluation_reports_one_adapted_step_and_restores_everything(data_dir, t
 
 
 def test_beta_zero_the_shared_default_is_refused(data_dir, tmp_path):
-    with pytest.raises(ConfigError, match="-bt/--beta > 0"):
+    with pytest.raises(ConfigError, match="-bt/--beta .*must be > 0"):
         server_for(data_dir, tmp_path, "-algo", "PerAvg")
 
 

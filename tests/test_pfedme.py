@@ -64,12 +64,12 @@ def test_the_reported_model_is_the_personalised_theta(data_dir, tmp_path):
     server.send_models()
     server.evaluate()
     assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_per))
-    assert server.rs_train_loss[-1] == pytest.approx(uniform_loss(server.args.num_classes), rel=1e-6)
+    assert server.rs_train_loss[-1] == pytest.approx(uniform_loss(server.num_classes), rel=1e-6)
     assert server.rs_test_acc[-1] != pytest.approx(accuracy_of(server.clients, lambda c: c.model))
 
 
 def test_beta_zero_the_shared_default_is_refused_with_a_hint(data_dir, tmp_path):
-    with pytest.raises(ConfigError, match=r"-bt/--beta > 0.*try -bt 1"):
+    with pytest.raises(ConfigError, match=r"-bt/--beta .*must be > 0.*try -bt 1"):
         server_for(data_dir, tmp_path, "-algo", "pFedMe")
     with pytest.raises(ConfigError, match="-K"):
         server_for(data_dir, tmp_path, *FLAGS, "-K", "0")

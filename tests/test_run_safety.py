@@ -62,7 +62,7 @@ def dead_pid() -> int:
 # ----- item 2: checkpoints belong to a configuration ------------------------------------------------
 
 def test_checkpoint_key_ignores_execution_flags_only(data_dir, tmp_path):
-    base = vars(parse_args(cli(data_dir, tmp_path)))
+    base = parse_args(cli(data_dir, tmp_path)).flags()
     # report_last_k only summarises the finished series: a resume may change it, like an execution flag.
     for flag, value in [("workers", 7), ("results_dir", "elsewhere"), ("resume", True), ("checkpoint_every", 3),
                         ("report_last_k", 3)]:

@@ -31,33 +31,32 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     repo = task.use_project(context)  # the project's modules are importable from here on
     from dataset.utils.atomic_io import atomic_path
-    from flcore.lag.mixin import LagSettings
     from utils.accuracy_summary import summary_from_arrays
     from utils.result_utils import result_path, write_results
 
     from .strategy import FedLagStrategy
 
-    args = task.project_args(context, repo)
-    model = task.build_model(args)
+    config = task.project_config(context, repo)
+    model = task.build_model(config)
     run = context.run_config
     min_nodes = task.run_int(context, "min-nodes", 2, 1)
     num_rounds = task.run_int(context, "num-server-rounds", 3, 1)
-    strategy = FedLagStrategy(LagSettings.from_args(args), [n for n, _ in model.named_parameters()],
+    strategy = FedLagStrategy(config.lag, [n for n, _ in model.named_parameters()],
                               num_rounds=num_rounds, eval_gap=task.run_int(context, "eval-gap", 1, 1),
                               fraction_train=task.run_fraction(context, "fraction-train", 1.0),
                               fraction_evaluate=task.run_fraction(context, "fraction-evaluate", 1.0),
                               min_train_nodes=min_nodes, min_evaluate_nodes=min_nodes,
                               min_available_nodes=min_nodes)
-    path = result_path(Path(args.results_dir), args.dataset, task.ALGORITHM, args.goal, 0)
+    path = result_path(Path(config.results_dir), config.dataset, task.ALGORITHM, config.goal, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    attrs = {"config": vars(args), "flower_run_config": dict(run), "engine": "flower", "run": 0,
-             "algorithm": task.ALGORITHM, "dataset": args.dataset}
+    attrs = {"config": config.flags(), "flower_run_config": dict(run), "engine": "flower", "run": 0,
+             "algorithm": task.ALGORITHM, "dataset": config.dataset}
 
     def write_run(**overrides) -> None:
         """The .h5 of the rounds so far, with the accuracy summary main.py's runs carry (``summary``)."""
         series = strategy.result_arrays()
         write_results(path, series, {**attrs, **strategy.run_status(), **overrides,
-                                     "summary": summary_from_arrays(series, args.report_last_k).as_attrs()})
+                                     "summary": summary_from_arrays(series, config.report_last_k).as_attrs()})
     try:
         result = strategy.start(grid=grid, initial_arrays=task.to_record(model.state_dict()),
                                 num_rounds=num_rounds,

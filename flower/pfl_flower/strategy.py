@@ -40,9 +40,10 @@ from . import task
 class FedLagStrategy(FedAvg):
     """FedAvg whose server keeps, every round, the most conflicting layers personal on the clients.
 
-    ``parameter_names``: the model's ``named_parameters()`` names, in order (layers are built from
-    parameters only, never from buffers; ties in the ranking go to the earlier layer). The nodes are
-    evaluated after every ``eval_gap``-th round and after the last one (``num_rounds``).
+    ``settings``: checked already, with the run's flags (``task.project_config``). ``parameter_names``: the
+    model's ``named_parameters()`` names, in order (layers are built from parameters only, never from
+    buffers; ties in the ranking go to the earlier layer). The nodes are evaluated after every
+    ``eval_gap``-th round and after the last one (``num_rounds``).
     """
 
     def __init__(self, settings: LagSettings, parameter_names: Sequence[str], num_rounds: int,
@@ -50,7 +51,6 @@ class FedLagStrategy(FedAvg):
         super().__init__(**fedavg_kwargs)
         self.num_rounds = num_rounds
         self.eval_gap = max(int(eval_gap), 1)
-        settings.check()
         if settings.signal != "delta":
             raise ValueError("the Flower app scores the update theta_after - theta_start (--lag_signal delta)")
         self.lag = settings

@@ -16,10 +16,13 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from flwr.app import ArrayRecord, Context
+
+if TYPE_CHECKING:  # the project is importable only once use_project() has run
+    from flcore.lag.flagfields import FlagSpec
 
 REPO_ENV = "PFL_REPO"
 ALGORITHM = "FedLAG"  # FedAvg + LAG: the project's registry gives its model layout and client class
@@ -84,14 +87,17 @@ def results_dir(context: Context, repo: Path) -> Path:
     return _folder(context, "results-dir", repo, "results")
 
 
-# Run-config key -> the project flag (``utils.options``, by its dest) it becomes; used to build the
-# command line and to say which run-config key a refused value came from.
-RUN_FLAGS = {"dataset": "dataset", "model": "model", "num-clients": "num_clients", "batch-size": "batch_size",
-             "learning-rate": "local_learning_rate", "local-epochs": "local_epochs", "seed": "seed",
-             "device": "device", "goal": "goal", "data-dir": "data_dir", "results-dir": "results_dir",
-             "lag-top-k": "lag_top_k", "lag-xi": "lag_xi", "lag-schedule": "lag_schedule",
-             "lag-warmup": "lag_warmup", "lag-granularity": "lag_granularity", "lag-decay": "lag_decay",
-             "lag-margin": "lag_margin"}
+# Where the app's default differs from main.py's: results are tagged "flower", and training uses the CPU
+# unless the run config or a SuperNode asks for a device.
+APP_DEFAULTS = {"goal": "flower", "device": "cpu"}
+
+
+def run_keys() -> Dict[str, "FlagSpec"]:
+    """Run-config key -> the project flag it sets: every flag whose declaration names a run key
+    (``RunConfig`` in ``utils/run_config.py``, ``LagSettings`` in ``flcore/lag/settings.py``)."""
+    from flcore.lag.flagfields import flag_fields
+    from utils.run_config import RunConfig
+    return {spec.run_key: spec for _, spec in flag_fields(RunConfig) if spec.run_key}
 
 
 def run_int(context: Context, key: str, default: int, minimum: int):
@@ -121,25 +127,22 @@ def in_run_config_terms(message: str) -> str:
     """``message`` with the project's flags (``-lr/--local_learning_rate``, ``--lag_top_k``) replaced by
     the run-config keys they come from (``learning-rate``, ``lag-top-k``)."""
     import re
-    from utils.options import build_parser
 
-    keys = {dest: key for key, dest in RUN_FLAGS.items()}
-    for action in build_parser()._actions:
-        key = keys.get(action.dest)
-        if key is None or not action.option_strings:
-            continue
-        for spelling in ["/".join(action.option_strings), *sorted(action.option_strings, key=len, reverse=True)]:
+    for key, spec in run_keys().items():
+        for spelling in [spec.label, *sorted(spec.names, key=len, reverse=True)]:
             message = re.sub(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", key, message)
     return message
 
 
-def project_args(context: Context, repo: Path):
-    """The project's parsed and resolved flags (``utils.options``, ``flcore.runner.prepare``) for this run.
+def project_config(context: Context, repo: Path):
+    """The project's ``RunConfig`` for this run: the run-config keys parsed as main.py's flags
+    (``utils.options``), then resolved (``flcore.runner.prepare``).
 
     ``-nc`` is ``num-clients``: the dataset must have that many clients (partitions), and the
     embedded Digits dataset is built with that many on first use, as ``system/main.py`` does.
     ``-gr`` is ``num-server-rounds - 1``: main.py trains rounds 0..gr, so both count the same rounds
-    (and ``--lag_warmup``'s default, min(gr // 2, 30), is the same).
+    (and ``--lag_warmup``'s default, min(gr // 2, 30), is the same). A key left out takes main.py's
+    default, or :data:`APP_DEFAULTS`.
 
     A value the project refuses raises the project's error (a ``ValueError``, e.g. ``ConfigError``)
     with the run-config key named, e.g. ``lag-top-k must be >= 0``: Flower then records the run as
@@ -147,27 +150,21 @@ def project_args(context: Context, repo: Path):
     """
     import contextlib
     from flcore.runner import prepare
-    from flcore.lag.selector import LagSettings
     from utils.options import parse_args
 
     run = context.run_config
     rounds = run_int(context, "num-server-rounds", 3, 1)
-    warmup = run_int(context, "lag-warmup", -1, -1)
-    values = {"dataset": run.get("dataset", "Digits"), "model": run.get("model", "CNN"),
-              "num-clients": run.get("num-clients", 20), "batch-size": run.get("batch-size", 10),
-              "learning-rate": run.get("learning-rate", 0.005), "local-epochs": run.get("local-epochs", 1),
-              "seed": run.get("seed", 0), "device": setting(context, "device", "cpu"),
-              "goal": run.get("goal", "flower"), "data-dir": data_dir(context, repo),
-              "results-dir": results_dir(context, repo)}
-    # The FedLAG keys default to LagSettings, the one definition of the --lag_* flags.
-    lag = LagSettings()
-    for key in ("lag-top-k", "lag-xi", "lag-schedule", "lag-granularity", "lag-decay", "lag-margin"):
-        values[key] = run.get(key, getattr(lag, RUN_FLAGS[key][len("lag_"):]))
+    warmup = run_int(context, "lag-warmup", -1, -1)  # -1: main.py's default
+    keys = run_keys()
+    values = {**APP_DEFAULTS, **{key: run[key] for key in keys if key in run}}
+    values["device"] = setting(context, "device", APP_DEFAULTS["device"])  # a SuperNode's own comes first
+    values["data-dir"], values["results-dir"] = data_dir(context, repo), results_dir(context, repo)
+    values.pop("lag-warmup", None)
     if warmup >= 0:
         values["lag-warmup"] = warmup
     argv = ["-algo", ALGORITHM, "-gr", str(rounds - 1)]
     for key, value in values.items():
-        argv += [f"--{RUN_FLAGS[key]}", str(value)]
+        argv += [f"--{keys[key].dest}", str(value)]
     refused = io.StringIO()
     try:
         with contextlib.redirect_stderr(refused):
@@ -180,15 +177,15 @@ def project_args(context: Context, repo: Path):
         raise ConfigError(f"run config: {in_run_config_terms(what)}; set it in [tool.flwr.app.config] or with "
                           "flwr run -c 'key=value'") from None
     try:
-        args, note = prepare(parsed)
+        config, note = prepare(parsed)
     except ValueError as err:  # the project's own errors (ConfigError, DatasetError ...) are ValueErrors
         raise type(err)(f"run config: {in_run_config_terms(str(err))}") from None
     if note:
         print(f"note: {note}")
-    return args
+    return config
 
 
-def build_model(args):
+def build_model(config):
     """The global model exactly as ``flcore.runner.build_server`` builds it for ``-algo FedLAG``."""
     from flcore.registry import resolve
     from flcore.runner import build_checked_model
@@ -196,10 +193,10 @@ def build_model(args):
     from utils.data_utils import dataset_info
     from utils.seeding import seed_everything
 
-    seed_everything(args.seed)
+    seed_everything(config.seed)
     _, spec = resolve(ALGORITHM)
-    info = dataset_info(args.dataset, args.num_clients, args.data_dir)
-    model = build_checked_model(args.model, info.input_shape, args.num_classes, args.vocab_size, args.max_len)
+    info = dataset_info(config.dataset, config.num_clients, config.data_dir)
+    model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
     return split_head(model) if spec.head_split else model
 
 
@@ -207,16 +204,16 @@ def build_model(args):
 _DATA: Dict[Tuple, tuple] = {}  # (dataset folder, client id, device) -> (train, test): read once per process
 
 
-def client_data(args, client_id: int):
+def client_data(config, client_id: int):
     from utils.data_utils import dataset_info, load_client_data
 
-    info = dataset_info(args.dataset, args.num_clients, args.data_dir)
-    key = (str(info.root.resolve()), client_id, str(args.device), args.num_classes)
+    info = dataset_info(config.dataset, config.num_clients, config.data_dir)
+    key = (str(info.root.resolve()), client_id, str(config.device), config.num_classes)
     if key not in _DATA:
         if client_id >= info.num_clients:
-            raise SetupError(f"partition-id {client_id} is not a client of {args.dataset} "
+            raise SetupError(f"partition-id {client_id} is not a client of {config.dataset} "
                              f"({info.num_clients} clients)")
-        _DATA[key] = tuple(load_client_data(info, client_id, split, args.device, num_classes=args.num_classes)
+        _DATA[key] = tuple(load_client_data(info, client_id, split, config.device, num_classes=config.num_classes)
                            for split in ("train", "test"))
     return _DATA[key]
 
@@ -238,12 +235,13 @@ def build_client(context: Context):
     """This node's project client (``clientFedLAG``, i.e. FedAvg's local SGD) for its partition."""
     repo = use_project(context)
     from flcore.registry import resolve
+    from flcore.runner import hyperparameters
 
-    args = project_args(context, repo)
+    config = project_config(context, repo)
     server_class, _ = resolve(ALGORITHM)
-    cid = partition_id(context, args.num_clients)
-    train, test = client_data(args, cid)
-    return server_class.client_class(args, cid, train, test, build_model(args))
+    cid = partition_id(context, config.num_clients)
+    train, test = client_data(config, cid)
+    return server_class.client_class(config, hyperparameters(config), cid, train, test, build_model(config))
 
 
 # ----- records ------------------------------------------------------------------------------------------

@@ -85,7 +85,14 @@ class UpstreamCompat:
       per entry of ``uploaded_models``: upstream FedRep/FedPer never reset it, so it grows every round.
     * After X's ``save_results`` (``../results/<dataset>_<algorithm>_<goal>_<times>.h5``), adds the
       mixin's ``lag_*`` arrays and the settings (attribute ``lag``) to that file.
+    * Gives the mixin its settings, from the ``--lag_*`` flags in upstream's ``args``.
     """
+
+    def lag_settings(self):
+        from flcore.lag import LagSettings
+        settings = LagSettings.from_args(self.args)
+        settings.check(getattr(self.args, "global_rounds", None))
+        return settings
 
     def receive_models(self):
         super().receive_models()
@@ -125,7 +132,7 @@ def compose(server_class: type) -> type:
 # ----- main.py hook ----------------------------------------------------------------------------------
 def install_lag(parser, namespace: dict) -> None:
     """main.py's block: add the ``--lag_*`` flags to ``parser`` and put a :class:`LagRun` in place of ``run``."""
-    from flcore.lag.selector import add_lag_arguments  # the project's one definition of the flags
+    from flcore.lag.settings import add_lag_arguments  # the project's one definition of the flags
     add_lag_arguments(parser.add_argument_group("FedLAG (-algo FedLAG or -algo X+LAG)"))
     if not isinstance(namespace.get("run"), LagRun):  # (a second call changes nothing)
         namespace["run"] = LagRun(namespace.get("run"), namespace)
@@ -165,7 +172,7 @@ class LagRun:
                              + ", ".join(names))
         from flcore.lag import LagError, LagSettings
         try:
-            LagSettings.from_args(args)
+            LagSettings.from_args(args).check(getattr(args, "global_rounds", None))
         except LagError as err:
             raise SystemExit(f"-algo {label}: {err}") from None
         original = self.namespace.get(branches[base])

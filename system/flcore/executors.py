@@ -21,8 +21,8 @@ from flcore.clients.clientbase import Client
 from utils import progress
 from utils.data_utils import DatasetInfo, load_client_splits
 from utils.paths import REPO_ROOT, SYSTEM_DIR
+from utils.run_config import EXECUTORS, RunConfig
 
-EXECUTORS = ("sequential", "ray", "batched")
 _DATA_ATTRS = ("train_data", "test_data", "val_data")
 
 
@@ -121,10 +121,9 @@ class RayExecutor:
         self.gpus_per_worker = gpus_per_worker
         self.started_here = start_ray(address, timeout)
         self.actor_class = ray.remote(num_cpus=1, num_gpus=gpus_per_worker)(_ClientWorker)
-        args = server.args
         channels_last = server.clients[0].train_data.x.is_contiguous(memory_format=torch.channels_last) \
             and not server.clients[0].train_data.x.is_contiguous()
-        self.actor_args = (server.data_info, str(server.device), args.num_classes, args.few_shot,
+        self.actor_args = (server.data_info, str(server.device), server.num_classes, server.few_shot,
                            channels_last, torch.get_num_threads(), server.val_ratio)
         self.workers = [self._new_actor() for _ in range(workers)]
 
@@ -268,14 +267,13 @@ def start_ray(address: str = "", timeout: float = 0.0) -> bool:
     return True
 
 
-def make_executor(server, args):
-    kind = getattr(args, "executor", "sequential")
+def make_executor(server, config: RunConfig):
+    kind = config.executor
     if kind == "sequential":
         return SequentialExecutor()
     if kind == "ray":
-        return RayExecutor(server, args.workers, args.ray_address, args.gpus_per_worker,
-                           getattr(args, "ray_timeout", 0.0))
+        return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
     if kind == "batched":
         from flcore.batched.executor import BatchedExecutor  # torch.func only when asked for
-        return BatchedExecutor(server, getattr(args, "batch_clients", 0))
+        return BatchedExecutor(server, config.batch_clients)
     raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")

@@ -1,4 +1,5 @@
-"""The one table of algorithms: ``-algo`` name -> server class, head split, shares parameters.
+"""The one table of algorithms: ``-algo`` name -> server class, head split, shares parameters, and the
+hyper-parameters it takes (``flcore/hyperparameters.py``).
 
 ``X+LAG`` is not listed: it is built from ``X``'s row by :func:`resolve`, wrapping X's server in
 :class:`~flcore.lag.mixin.LayerConflictMixin`. Servers are imported only when chosen, so one
@@ -11,6 +12,12 @@ import importlib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple, Type
 
+from flcore.algorithm_flags import Hyperparameters
+from flcore.hyperparameters import (APFLParams, DittoParams, FDParams, FedALAParams, FedAMPParams, FedBABUParams,
+                                    FedCACParams, FedCPParams, FedDBEParams, FedDynParams, FedFomoParams,
+                                    FedGHParams, FedLCParams, FedNTDParams, FedPACParams, FedPHPParams,
+                                    FedProtoParams, FedProxParams, FedRepParams, GPFLParams, MOONParams,
+                                    PerAvgParams, PFedMeParams, SCAFFOLDParams)
 from utils.errors import UserError
 
 LAG_SUFFIX = "+LAG"
@@ -22,6 +29,8 @@ class AlgorithmSpec:
     head_split: bool          # wrap the model in BaseHeadSplit (base + head), as PFLlib's main.py does
     shares_parameters: bool   # whether some model tensors are averaged (and so X+LAG is meaningful)
     no_lag_reason: str = ""   # why X+LAG is refused (no shared parameters, or LAG already built in)
+    # What it reads of PFLlib's shared flags (-mu, -lam ...), under its own names and bounds.
+    hyperparameters: Type[Hyperparameters] = Hyperparameters
 
 
 ALGORITHMS: Dict[str, AlgorithmSpec] = {
@@ -33,41 +42,65 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             no_lag_reason="FedLAG already is FedAvg+LAG"),
     # Layer-split and head-personalising methods.
     "FedPer": AlgorithmSpec("serverper:FedPer", head_split=True, shares_parameters=True),
-    "FedRep": AlgorithmSpec("serverrep:FedRep", head_split=True, shares_parameters=True),
-    "FedBABU": AlgorithmSpec("serverbabu:FedBABU", head_split=True, shares_parameters=True),
+    "FedRep": AlgorithmSpec("serverrep:FedRep", head_split=True, shares_parameters=True,
+                            hyperparameters=FedRepParams),
+    "FedBABU": AlgorithmSpec("serverbabu:FedBABU", head_split=True, shares_parameters=True,
+                             hyperparameters=FedBABUParams),
     "LG-FedAvg": AlgorithmSpec("serverlg:LG_FedAvg", head_split=True, shares_parameters=True),
     "FedROD": AlgorithmSpec("serverrod:FedROD", head_split=True, shares_parameters=True),
     "FedBN": AlgorithmSpec("serverbn:FedBN", head_split=False, shares_parameters=True),
-    "GPFL": AlgorithmSpec("servergpfl:GPFL", head_split=True, shares_parameters=True),
-    "FedCP": AlgorithmSpec("servercp:FedCP", head_split=True, shares_parameters=True),
-    "FedDBE": AlgorithmSpec("serverdbe:FedDBE", head_split=True, shares_parameters=True),
+    "GPFL": AlgorithmSpec("servergpfl:GPFL", head_split=True, shares_parameters=True,
+                          hyperparameters=GPFLParams),
+    "FedCP": AlgorithmSpec("servercp:FedCP", head_split=True, shares_parameters=True,
+                           hyperparameters=FedCPParams),
+    "FedDBE": AlgorithmSpec("serverdbe:FedDBE", head_split=True, shares_parameters=True,
+                            hyperparameters=FedDBEParams),
     "FedGH": AlgorithmSpec("servergh:FedGH", head_split=True, shares_parameters=False,
                            no_lag_reason="FedGH clients upload class prototypes, not parameters, so there "
-                                         "are no client updates of shared layers to compare"),
-    "FedPAC": AlgorithmSpec("serverpac:FedPAC", head_split=True, shares_parameters=True),
+                                         "are no client updates of shared layers to compare",
+                           hyperparameters=FedGHParams),
+    "FedPAC": AlgorithmSpec("serverpac:FedPAC", head_split=True, shares_parameters=True,
+                            hyperparameters=FedPACParams),
     "FedAS": AlgorithmSpec("serveras:FedAS", head_split=True, shares_parameters=True),
     # Regularised, full-model and personalised-copy methods.
-    "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True),
-    "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True),
-    "MOON": AlgorithmSpec("servermoon:MOON", head_split=True, shares_parameters=True),
-    "SCAFFOLD": AlgorithmSpec("serverscaffold:SCAFFOLD", head_split=False, shares_parameters=True),
-    "FedNTD": AlgorithmSpec("serverntd:FedNTD", head_split=False, shares_parameters=True),
-    "FedLC": AlgorithmSpec("serverlc:FedLC", head_split=True, shares_parameters=True),
-    "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True),
-    "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True),
-    "pFedMe": AlgorithmSpec("serverpFedMe:pFedMe", head_split=False, shares_parameters=True),
-    "PerAvg": AlgorithmSpec("serverperavg:PerAvg", head_split=False, shares_parameters=True),
-    "FedALA": AlgorithmSpec("serverala:FedALA", head_split=False, shares_parameters=True),
-    "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True),
-    "FedAMP": AlgorithmSpec("serveramp:FedAMP", head_split=False, shares_parameters=True),
-    "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True),
-    "FedPHP": AlgorithmSpec("serverphp:FedPHP", head_split=True, shares_parameters=True),
+    "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True,
+                             hyperparameters=FedProxParams),
+    "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True,
+                            hyperparameters=FedDynParams),
+    "MOON": AlgorithmSpec("servermoon:MOON", head_split=True, shares_parameters=True,
+                          hyperparameters=MOONParams),
+    "SCAFFOLD": AlgorithmSpec("serverscaffold:SCAFFOLD", head_split=False, shares_parameters=True,
+                              hyperparameters=SCAFFOLDParams),
+    "FedNTD": AlgorithmSpec("serverntd:FedNTD", head_split=False, shares_parameters=True,
+                            hyperparameters=FedNTDParams),
+    "FedLC": AlgorithmSpec("serverlc:FedLC", head_split=True, shares_parameters=True,
+                           hyperparameters=FedLCParams),
+    "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True,
+                           hyperparameters=DittoParams),
+    "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True,
+                          hyperparameters=APFLParams),
+    "pFedMe": AlgorithmSpec("serverpFedMe:pFedMe", head_split=False, shares_parameters=True,
+                            hyperparameters=PFedMeParams),
+    "PerAvg": AlgorithmSpec("serverperavg:PerAvg", head_split=False, shares_parameters=True,
+                            hyperparameters=PerAvgParams),
+    "FedALA": AlgorithmSpec("serverala:FedALA", head_split=False, shares_parameters=True,
+                            hyperparameters=FedALAParams),
+    "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True,
+                            hyperparameters=FedCACParams),
+    "FedAMP": AlgorithmSpec("serveramp:FedAMP", head_split=False, shares_parameters=True,
+                            hyperparameters=FedAMPParams),
+    "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
+                             hyperparameters=FedFomoParams),
+    "FedPHP": AlgorithmSpec("serverphp:FedPHP", head_split=True, shares_parameters=True,
+                            hyperparameters=FedPHPParams),
     "FedProto": AlgorithmSpec("serverproto:FedProto", head_split=True, shares_parameters=False,
                               no_lag_reason="FedProto shares class prototypes, not parameters, so there are "
-                                            "no layers to personalise"),
+                                            "no layers to personalise",
+                              hyperparameters=FedProtoParams),
     "FD": AlgorithmSpec("serverfd:FD", head_split=False, shares_parameters=False,
                         no_lag_reason="FD shares per-class logits, not parameters, so there are no layers "
-                                      "to personalise"),
+                                      "to personalise",
+                        hyperparameters=FDParams),
 }
 
 

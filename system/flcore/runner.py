@@ -1,12 +1,12 @@
-"""From parsed flags to a ready server: device, dataset, model, seeds (no global state mutated)."""
+"""From parsed flags to a ready server: device, dataset, model, hyper-parameters, seeds (no global state
+mutated)."""
 from __future__ import annotations
 
-import argparse
-import copy
+import dataclasses
 
 import torch
 
-from flcore.lag.selector import default_warmup
+from flcore.algorithm_flags import Hyperparameters
 from flcore.registry import resolve
 from flcore.servers.serverbase import ConfigError, run_results_file
 from dataset.utils.client_files import TOKEN_INPUTS
@@ -16,6 +16,7 @@ from utils.errors import UserError
 from utils.paths import RESULTS_DIR, check_name, display_path
 from utils.options import check_model_name
 from utils.result_utils import writable_problem
+from utils.run_config import RunConfig
 from utils.run_lock import check_unlocked
 from utils.seeding import seed_everything
 
@@ -39,54 +40,60 @@ def resolve_device(requested: str, device_id: str = "0") -> tuple[str, str]:
     raise DeviceError(f"unknown device {requested!r}; use cpu, cuda, cuda:N or mps")
 
 
-def prepare(args: argparse.Namespace) -> tuple[argparse.Namespace, str]:
-    """Resolve what the flags leave open, on a copy: device, class count, vocabulary size, LAG warm-up length.
+def prepare(config: RunConfig) -> tuple[RunConfig, str]:
+    """Check what the flags alone cannot tell and resolve what they leave open: the device, the class
+    count and the vocabulary size (from the dataset). Returns the resolved copy and a note for the user.
 
-    Also checks the algorithm name early and builds the embedded dataset on first use.
+    The chosen algorithm's hyper-parameters are checked here, once, before any data is read. Also builds
+    the embedded dataset on first use.
     """
-    resolved = copy.copy(args)
-    resolved.device, note = resolve_device(args.device, args.device_id)
-    check_name(args.goal, "-go/--goal", ConfigError)  # part of the result file's name
-    if args.threads:
+    device, note = resolve_device(config.device, config.device_id)
+    check_name(config.goal, "-go/--goal", ConfigError)  # part of the result file's name
+    if config.threads:
         # The intra-op thread count changes float reductions, so it is part of what makes a run repeatable.
-        torch.set_num_threads(args.threads)
-    resolve(args.algorithm)
-    check_model_name(args.model)  # before any dataset is built or read
-    check_results_dir(args.results_dir)
-    ensure_default_dataset(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
-    info = dataset_info(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
-    if resolved.num_classes is None:
-        resolved.num_classes = info.num_classes
-    elif resolved.num_classes < info.num_classes:
-        raise DatasetError(f"-ncl {resolved.num_classes} is below the {info.num_classes} classes of "
-                           f"{args.dataset}; omit -ncl to use the dataset's count")
-    resolved.vocab_size = text_vocab_size(args, info)
-    if resolved.lag_warmup is None:
-        resolved.lag_warmup = default_warmup(args.global_rounds)
-    return resolved, note
+        torch.set_num_threads(config.threads)
+    problems = hyperparameters(config).problems()
+    if problems:
+        raise ConfigError("; ".join(problems))
+    check_model_name(config.model)  # before any dataset is built or read
+    check_results_dir(config.results_dir)
+    clients = config.num_clients + config.num_new_clients
+    ensure_default_dataset(config.dataset, clients, config.data_dir)
+    info = dataset_info(config.dataset, clients, config.data_dir)
+    if config.num_classes is not None and config.num_classes < info.num_classes:
+        raise DatasetError(f"-ncl {config.num_classes} is below the {info.num_classes} classes of "
+                           f"{config.dataset}; omit -ncl to use the dataset's count")
+    return dataclasses.replace(config, device=device, num_classes=config.num_classes or info.num_classes,
+                               vocab_size=text_vocab_size(config, info)), note
 
 
-def text_vocab_size(args: argparse.Namespace, info: DatasetInfo):
+def hyperparameters(config: RunConfig) -> Hyperparameters:
+    """The chosen algorithm's hyper-parameters (its registry row's dataclass, read from the shared flags)."""
+    _, spec = resolve(config.algorithm)
+    return spec.hyperparameters.from_flags(config.algorithm_flags)
+
+
+def text_vocab_size(config: RunConfig, info: DatasetInfo):
     """``-vs`` for this dataset: its vocabulary when left out, never fewer ids than its files hold (an id
     past the embedding table would crash training). Also refuses a non-text model on token ids, and a
     ``-ml`` shorter than the dataset's sequences. Datasets of other inputs keep ``-vs`` as given."""
     if info.input_kind != TOKEN_INPUTS:
-        if args.model in TEXT_MODELS:
-            raise ConfigError(f"model {args.model} takes token ids, and {args.dataset} holds {info.input_kind} "
+        if config.model in TEXT_MODELS:
+            raise ConfigError(f"model {config.model} takes token ids, and {config.dataset} holds {info.input_kind} "
                               f"inputs; choose a model for them (-m CNN for images, AmazonMLP for vectors)")
-        return args.vocab_size
-    if args.model not in TEXT_MODELS:
-        raise ConfigError(f"model {args.model} does not take token ids, and {args.dataset} holds texts; "
+        return config.vocab_size
+    if config.model not in TEXT_MODELS:
+        raise ConfigError(f"model {config.model} does not take token ids, and {config.dataset} holds texts; "
                           f"choose one of -m {', '.join(TEXT_MODELS)}")
-    if args.max_len < info.input_shape[0]:
-        raise ConfigError(f"-ml/--max_len {args.max_len} is below the {info.input_shape[0]} tokens per text of "
-                          f"{args.dataset}; raise -ml to at least {info.input_shape[0]}")
-    if args.vocab_size is None:
+    if config.max_len < info.input_shape[0]:
+        raise ConfigError(f"-ml/--max_len {config.max_len} is below the {info.input_shape[0]} tokens per text of "
+                          f"{config.dataset}; raise -ml to at least {info.input_shape[0]}")
+    if config.vocab_size is None:
         return info.vocab_size
-    if args.vocab_size < info.vocab_size:
-        raise ConfigError(f"-vs/--vocab_size {args.vocab_size} is below the vocabulary of {args.dataset} "
+    if config.vocab_size < info.vocab_size:
+        raise ConfigError(f"-vs/--vocab_size {config.vocab_size} is below the vocabulary of {config.dataset} "
                           f"({info.vocab_size} token ids); raise -vs to at least {info.vocab_size}, or omit it")
-    return args.vocab_size
+    return config.vocab_size
 
 
 def check_results_dir(results_dir) -> None:
@@ -98,22 +105,21 @@ def check_results_dir(results_dir) -> None:
                           f"choose a writable folder")
 
 
-def build_server(args: argparse.Namespace, run: int = 0):
+def build_server(config: RunConfig, run: int = 0):
     """Seed run ``run`` with ``seed + run`` and build its server (model, clients and their data).
 
     A results name in use by another live run is refused here, before the data is read.
     """
-    check_unlocked(run_results_file(args, run))
-    run_args = copy.copy(args)
-    run_args.seed = args.seed + run
-    seed_everything(run_args.seed)
-    server_class, spec = resolve(args.algorithm)
-    info = dataset_info(args.dataset, args.num_clients + args.num_new_clients, args.data_dir)
-    model = build_checked_model(args.model, info.input_shape, args.num_classes, args.vocab_size, args.max_len)
+    check_unlocked(run_results_file(config, run))
+    run_config = config.for_run(run)
+    seed_everything(run_config.seed)
+    server_class, spec = resolve(config.algorithm)
+    info = dataset_info(config.dataset, config.num_clients + config.num_new_clients, config.data_dir)
+    model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
     if spec.head_split:
         model = split_head(model)
-    server = server_class(run_args, run, model, info)
-    if args.resume:
+    server = server_class(run_config, hyperparameters(config), run, model, info)
+    if config.resume:
         note = server.resume()
         if note:
             print(f"note: {note}")

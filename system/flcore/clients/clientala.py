@@ -21,6 +21,7 @@ from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedALAParams
 from flcore.lag.conflict import with_module_buffers
 from utils.data_utils import ClientData
 
@@ -39,12 +40,13 @@ def mix(local: torch.Tensor, global_: torch.Tensor, weight: torch.Tensor) -> tor
 class clientALA(Client):
     persistent_attrs = ("ala_weights", "ala_start_phase")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.eta = float(args.eta)
-        self.rand_percent = int(args.rand_percent)
+    hparams: FedALAParams
+
+    def setup(self) -> None:
+        self.eta = self.hparams.weight_learning_rate
+        self.rand_percent = self.hparams.sample_percent
         names = [name for name, _ in self.model.named_parameters()]
-        self.mixed_names = names[-int(args.layer_idx):]
+        self.mixed_names = names[-self.hparams.mixed_tensors:]
         params = dict(self.model.named_parameters())
         self.ala_weights: Dict[str, torch.Tensor] = {n: torch.ones_like(params[n]) for n in self.mixed_names}
         self.ala_start_phase = True

@@ -15,13 +15,15 @@ from typing import Dict
 import torch
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedAMPParams
 
 
 class clientAMP(Client):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
-        self.alphaK = float(args.alphaK)
+    hparams: FedAMPParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.proximal_weight
+        self.alphaK = self.hparams.attention_step
         # u_i by parameter name. Rebuilt by every broadcast to a selected client, right before it trains.
         self.cloud_model: Dict[str, torch.Tensor] = {}
 

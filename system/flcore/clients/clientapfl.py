@@ -22,6 +22,7 @@ from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import APFLParams
 from flcore.training.personal import interpolate, parameter_views
 
 
@@ -36,18 +37,18 @@ class MixingWeight(nn.Module):
 class clientAPFL(Client):
     persistent_attrs = ("model_local", "mixing")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
+    hparams: APFLParams
+
+    def setup(self) -> None:
         device = next(self.model.parameters()).device
         self.model_local = copy.deepcopy(self.model)
-        self.mixing = MixingWeight(args.alpha, device)
+        self.mixing = MixingWeight(self.hparams.initial_mixing, device)
         # One optimiser (and one decay schedule) for w, v and alpha: the paper uses one step size.
         self.optimizer = self.make_optimizer([
             {"params": list(self.model.parameters())},
             {"params": list(self.model_local.parameters())},
             {"params": list(self.mixing.parameters())}])
-        self.learning_rate_scheduler = torch.optim.lr_scheduler.ExponentialLR(
-            self.optimizer, gamma=args.learning_rate_decay_gamma)
+        self.learning_rate_scheduler = self.make_scheduler(self.optimizer)
         # Scratch module holding the mixture for evaluation; derived, so not persistent.
         self.model_per = copy.deepcopy(self.model).requires_grad_(False)
 

@@ -18,7 +18,6 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
-from utils.data_utils import ClientData
 
 ALIGNMENT_LR = 0.01     # the reference code's constants; PFLlib has no flags for them
 ALIGNMENT_EPOCHS = 1
@@ -29,8 +28,7 @@ class clientAS(Client):
     # Measured after training and read by the server in the same round.
     persistent_attrs = ("fisher_trace",)
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def setup(self) -> None:
         self.fisher_trace: float = float("nan")
 
     def receive_aligned(self, global_base: nn.Module, keep: AbstractSet[str] = frozenset()) -> None:

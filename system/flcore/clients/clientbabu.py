@@ -4,18 +4,14 @@ every client. ``fine_tune`` then trains body and head together.
 """
 from __future__ import annotations
 
-from torch import nn
-
 from flcore.clients.clientbase import Client
 from flcore.training.parttraining import fine_tune_whole_model, part_optimizer
-from utils.data_utils import ClientData
 
 
 class clientBABU(Client):
     shared_path = "base"
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def setup(self) -> None:
         # The optimiser cannot reach the head, and freezing it also skips its gradients.
         self.model.head.requires_grad_(False)
         self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)

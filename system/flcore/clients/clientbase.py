@@ -21,9 +21,11 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.algorithm_flags import Hyperparameters
 from flcore.state import export_attrs, import_attrs
 from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
+from utils.run_config import RunConfig
 from utils.seeding import client_generator
 
 EVAL_BATCH_SIZE = 256
@@ -53,28 +55,41 @@ class Client:
     # Held out of the train data by --val_ratio (set by the server), for choosing the best round.
     val_data: Optional[ClientData] = None
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        self.args = args
+    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
+                 test_data: ClientData, model: nn.Module):
+        """``config``: the run's flags, of which the client keeps what it uses as attributes; ``hparams``:
+        what its algorithm takes (set first: ``make_optimizer`` may read it). Ends with :meth:`setup`."""
+        self.hparams = hparams
         self.id = id
         self.train_data = train_data
         self.test_data = test_data
         self.train_samples = len(train_data)
         self.test_samples = len(test_data)
         self.model = copy.deepcopy(model)
-        self.num_classes = args.num_classes
-        self.batch_size = args.batch_size
-        self.learning_rate = args.local_learning_rate
-        self.local_epochs = args.local_epochs
-        self.learning_rate_decay = args.learning_rate_decay
+        self.num_classes = config.num_classes
+        self.batch_size = config.batch_size
+        self.learning_rate = config.local_learning_rate
+        self.local_epochs = config.local_epochs
+        self.learning_rate_decay = config.learning_rate_decay
+        self.learning_rate_decay_gamma = config.learning_rate_decay_gamma
         self.loss = nn.CrossEntropyLoss()
         self.optimizer = self.make_optimizer(self.model.parameters())
-        self.learning_rate_scheduler = torch.optim.lr_scheduler.ExponentialLR(
-            self.optimizer, gamma=args.learning_rate_decay_gamma)
+        self.learning_rate_scheduler = self.make_scheduler(self.optimizer)
         # The client's own generator: batch order does not depend on which clients ran before it.
-        self.generator = client_generator(args.seed, id)
+        self.generator = client_generator(config.seed, id)
+        self.setup()
+
+    def setup(self) -> None:
+        """What an algorithm adds once the base client is built: its hyper-parameters as attributes
+        (``self.hparams``), its own models and state. Overriding ``__init__`` is needed only for work
+        that must come first (e.g. splitting the train data)."""
 
     def make_optimizer(self, params) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=self.learning_rate)
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.ExponentialLR:
+        """The -ld decay of ``optimizer``'s learning rate (stepped once per local training when -ld is on)."""
+        return torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=self.learning_rate_decay_gamma)
 
     # ----- what is exchanged with the server -------------------------------------------------
     def shared_module(self) -> nn.Module:

@@ -12,7 +12,6 @@ from typing import FrozenSet
 from torch import nn
 
 from flcore.clients.clientbase import Client
-from utils.data_utils import ClientData
 
 # _NormBase covers every BatchNorm and InstanceNorm variant (lazy and synchronised ones included).
 NORMALISATION_TYPES = tuple(t for t in (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm,
@@ -31,8 +30,7 @@ def normalisation_tensor_names(module: nn.Module) -> FrozenSet[str]:
 
 
 class clientBN(Client):
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def setup(self) -> None:
         self.local_tensor_names = normalisation_tensor_names(self.shared_module())
 
     def shares(self, name: str) -> bool:

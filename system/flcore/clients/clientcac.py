@@ -15,6 +15,7 @@ import torch
 
 from flcore.aggregation import State, copy_into
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedCACParams
 
 
 def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torch.Tensor:
@@ -35,9 +36,10 @@ def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torc
 class clientCAC(Client):
     persistent_attrs = ("critical_masks",)
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.tau = float(args.tau)
+    hparams: FedCACParams
+
+    def setup(self) -> None:
+        self.tau = self.hparams.critical_fraction
         self.critical_masks: Dict[str, torch.Tensor] = {}  # empty until the client first trains
         self._start: State = {}  # this round's starting parameters; rebuilt every round
 

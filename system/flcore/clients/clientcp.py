@@ -16,22 +16,22 @@ import copy
 from typing import Optional
 
 import torch
-from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedCPParams
 from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
-from utils.data_utils import ClientData
 
 
 class clientCP(Client):
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
-        self.lamda = float(args.lamda)
+    hparams: FedCPParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.mmd_weight
         # Built once and refreshed in place every round: the base as received, for the MMD term.
         self.received_base = copy.deepcopy(self.model.base).requires_grad_(False)
         self.round_context: Optional[torch.Tensor] = None
-        self.personal_share_sum = torch.zeros((), device=train_data.y.device)
+        self.personal_share_sum = torch.zeros((), device=self.train_data.y.device)
         self.personal_share_batches = 0
 
     def shares(self, name: str) -> bool:

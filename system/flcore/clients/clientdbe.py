@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedDBEParams
 from flcore.trainmodel.shapes import head_in_features
-from utils.data_utils import ClientData
 
 
 class FeatureBias(nn.Module):
@@ -52,12 +52,13 @@ def mean_regularizer(running_mean: torch.Tensor, global_mean: torch.Tensor) -> t
 class clientDBE(Client):
     persistent_attrs = ("feature_bias", "bias_optimizer")
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
-        self.momentum = float(args.momentum)
-        self.mean_weight = float(args.kl_weight)
+    hparams: FedDBEParams
+
+    def setup(self) -> None:
+        self.momentum = self.hparams.momentum
+        self.mean_weight = self.hparams.mean_weight
         dim = head_in_features(self.model.head)
-        self.feature_bias = FeatureBias(dim).to(train_data.y.device)
+        self.feature_bias = FeatureBias(dim).to(self.train_data.y.device)
         self.bias_optimizer = torch.optim.SGD(self.feature_bias.parameters(), lr=self.learning_rate)
         # Given by the server with every broadcast; the running mean restarts every round.
         self.global_mean: Optional[torch.Tensor] = None

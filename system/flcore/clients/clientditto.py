@@ -14,20 +14,21 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import DittoParams
 from flcore.training.personal import State, parameter_copies, squared_distance_to
 
 
 class clientDitto(Client):
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.mu = float(args.mu)
-        self.plocal_epochs = int(args.plocal_epochs)
+    hparams: DittoParams
+
+    def setup(self) -> None:
+        self.mu = self.hparams.pull_weight
+        self.plocal_epochs = self.hparams.personal_epochs
         self.model_per = copy.deepcopy(self.model)
         self.optimizer_per = self.make_optimizer(self.model_per.parameters())
-        self.learning_rate_scheduler_per = torch.optim.lr_scheduler.ExponentialLR(
-            self.optimizer_per, gamma=args.learning_rate_decay_gamma)
+        self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)
         self.received: State = {}          # w^t, refreshed every round
         self.report_global = False         # set by the server to measure w instead of v
 

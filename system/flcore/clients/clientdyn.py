@@ -14,15 +14,18 @@ from typing import Dict
 import torch
 
 from flcore.aggregation import zeros_like_parameters
+from flcore.hyperparameters import FedDynParams
 from flcore.training.received import ReceivedModelClient, squared_distance
 
 
 class clientDyn(ReceivedModelClient):
     persistent_attrs = ("previous_gradient",)
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.alpha = float(args.alpha)
+    hparams: FedDynParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.alpha = self.hparams.regulariser_weight
         self.previous_gradient: Dict[str, torch.Tensor] = zeros_like_parameters(self.model)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FDParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 
 
@@ -26,9 +27,10 @@ def distillation_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: Class
 
 
 class clientFD(Client):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
+    hparams: FDParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.distillation_weight
         # Rebuilt every round: the global logits arrive with each broadcast, the local ones are
         # collected afresh during each local training.
         self.global_logits: Optional[ClassVectors] = None

@@ -10,11 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
-from utils.data_utils import ClientData
 
 
 class clientGH(Client):
@@ -23,8 +21,7 @@ class clientGH(Client):
     # executor running train() elsewhere brings them back.
     persistent_attrs = ("prototypes", "prototype_counts")
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def setup(self) -> None:
         self.prototypes: Optional[torch.Tensor] = None        # (C, D) mean feature per class
         self.prototype_counts: Optional[torch.Tensor] = None  # (C,) samples per class; 0 = not uploaded
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 from typing import Iterable, Optional, Tuple
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import GPFLParams
 from flcore.training.label_counts import class_proportions
 from flcore.trainmodel.gpfl_model import conditional_inputs
-from utils.data_utils import ClientData
 
 
 def magnitude_loss(global_features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -29,10 +28,11 @@ def magnitude_loss(global_features: torch.Tensor, targets: torch.Tensor) -> torc
 
 
 class clientGPFL(Client):
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
-        self.lamda = float(args.lamda)
-        self.model.class_weights = class_proportions(train_data.y, self.num_classes)
+    hparams: GPFLParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.guidance_weight
+        self.model.class_weights = class_proportions(self.train_data.y, self.num_classes)
         # This round's received embeddings and the two conditions made from them (rebuilt every round).
         self.received_embeddings: Optional[torch.Tensor] = None
         self.round_conditions: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
@@ -44,8 +44,9 @@ class clientGPFL(Client):
         """SGD with ``-mu`` weight decay on the GCE and CoV (PFLlib's two extra optimisers) only."""
         regularised = {id(p) for module in (self.model.gce, self.model.cov) for p in module.parameters()}
         params = list(params)
+        decay = self.hparams.weight_decay  # read here: the base constructor asks for the optimiser first
         groups = [{"params": [p for p in params if id(p) not in regularised], "weight_decay": 0.0},
-                  {"params": [p for p in params if id(p) in regularised], "weight_decay": float(self.args.mu)}]
+                  {"params": [p for p in params if id(p) in regularised], "weight_decay": decay}]
         return torch.optim.SGD([g for g in groups if g["params"]], lr=self.learning_rate)
 
     def begin_local_training(self) -> None:

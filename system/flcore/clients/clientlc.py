@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedLCParams
 
 
 def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
@@ -25,9 +26,10 @@ def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 class clientLC(Client):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.tau = float(args.tau)
+    hparams: FedLCParams
+
+    def setup(self) -> None:
+        self.tau = self.hparams.calibration_strength
         # Fixed by the client's data, so derived here rather than carried as state.
         self.class_counts = torch.bincount(self.train_data.y, minlength=self.num_classes)
         self.logit_offsets = calibration_offsets(self.class_counts, self.tau)

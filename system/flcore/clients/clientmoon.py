@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.hyperparameters import MOONParams
 from flcore.training.received import ReceivedModelClient, frozen_copy
 
 
@@ -30,10 +31,12 @@ def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: 
 class clientMOON(ReceivedModelClient):
     persistent_attrs = ("previous_base",)
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.mu = float(args.mu)
-        self.tau = float(args.tau)
+    hparams: MOONParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.mu = self.hparams.contrastive_weight
+        self.tau = self.hparams.temperature
         self.previous_base = frozen_copy(self.model.base)
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flcore.hyperparameters import FedNTDParams
 from flcore.training.received import ReceivedModelClient
 
 
@@ -32,10 +33,12 @@ def not_true_distillation(local_logits: torch.Tensor, global_logits: torch.Tenso
 
 
 class clientNTD(ReceivedModelClient):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
-        self.tau = float(args.tau)
+    hparams: FedNTDParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.beta = self.hparams.distillation_weight
+        self.tau = self.hparams.temperature
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = self.model(x)

@@ -15,20 +15,21 @@ import torch
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import PFedMeParams
 from flcore.training.personal import State, parameter_views, run_batch_steps, squared_distance_to
 
 
 class clientpFedMe(Client):
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
-        self.K = int(args.K)
+    hparams: PFedMeParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.moreau_weight
+        self.K = self.hparams.inner_steps
         self.model_per = copy.deepcopy(self.model)
-        self.optimizer_per = torch.optim.SGD(self.model_per.parameters(), lr=args.p_learning_rate)
-        self.learning_rate_scheduler_per = torch.optim.lr_scheduler.ExponentialLR(
-            self.optimizer_per, gamma=args.learning_rate_decay_gamma)
+        self.optimizer_per = torch.optim.SGD(self.model_per.parameters(), lr=self.hparams.personal_learning_rate)
+        self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)
         self.anchor: State = {}  # live views of w: the prox centre follows w's in-place updates
 
     def train(self) -> None:

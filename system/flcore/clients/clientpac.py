@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedPACParams
 from flcore.training.classfeatures import class_feature_stats
 from flcore.training.parttraining import fine_tune_whole_model, part_optimizer, train_head_then_base
-from utils.data_utils import ClientData
 
 HEAD_EPOCHS = 1  # the paper's and PFLlib's classifier stage
 
@@ -29,9 +29,10 @@ class clientPAC(Client):
     persistent_attrs = ("head_optimizer", "head_scheduler", "feature_variance", "class_reference",
                         "prototypes", "prototype_counts")
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
-        self.lamda = args.lamda
+    hparams: FedPACParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.alignment_weight
         self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)
         self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)
         # Received from the server (absent in the first round).

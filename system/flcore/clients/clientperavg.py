@@ -18,10 +18,14 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import PerAvgParams
 from flcore.training.personal import parameter_copies, run_batch_steps
+from utils.data_utils import ClientData
+from utils.run_config import RunConfig
 
 ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the training batches
 
@@ -29,14 +33,16 @@ ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the trainin
 class clientPerAvg(Client):
     persistent_attrs = ("meta_optimizer", "adaptation_generator")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
+    # Not setup(): the adaptation stream is seeded from the run's seed, which a client does not keep.
+    def __init__(self, config: RunConfig, hparams: PerAvgParams, id: int, train_data: ClientData,
+                 test_data: ClientData, model: nn.Module):
+        super().__init__(config, hparams, id, train_data, test_data, model)
+        self.beta = hparams.meta_step_size
         # self.optimizer (lr alpha, decayed by -ld) takes the inner step; this one the meta-step.
         self.meta_optimizer = torch.optim.SGD(self.model.parameters(), lr=self.beta)
         # Evaluation draws its adaptation batch from its own stream, so evaluating (or -eg) never
         # changes the batches training sees.
-        seed = np.random.SeedSequence([args.seed % 2**32, self.id, ADAPTATION_STREAM]).generate_state(1, np.uint64)
+        seed = np.random.SeedSequence([config.seed % 2**32, self.id, ADAPTATION_STREAM]).generate_state(1, np.uint64)
         self.adaptation_generator = torch.Generator().manual_seed(int(seed[0] >> 1))
 
     def train(self) -> None:

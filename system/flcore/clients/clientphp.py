@@ -20,6 +20,7 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedPHPParams
 from flcore.training.personal import interpolate
 
 
@@ -43,11 +44,12 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
 class clientPHP(Client):
     persistent_attrs = ("model_hpm", "participations")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
-        self.mu = float(args.mu)
-        self.expected_participations = max(int(args.join_ratio * args.global_rounds), 1)
+    hparams: FedPHPParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.distillation_weight
+        self.mu = self.hparams.inheritance_ceiling
+        self.expected_participations = 1  # set by the server, which knows how it samples
         self.model_hpm = copy.deepcopy(self.model).requires_grad_(False)
         self.participations = 0
 

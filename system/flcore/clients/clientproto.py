@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
+from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
@@ -46,9 +47,10 @@ def fill_missing(prototypes: ClassVectors, own: ClassVectors) -> ClassVectors:
 
 
 class clientProto(Client):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.lamda = float(args.lamda)
+    hparams: FedProtoParams
+
+    def setup(self) -> None:
+        self.lamda = self.hparams.prototype_weight
         # Rebuilt every round: the server sends the global prototypes before anything reads them,
         # and the local ones are computed at the end of each local training.
         self.global_prototypes: Optional[ClassVectors] = None

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import torch
 
+from flcore.hyperparameters import FedProxParams
 from flcore.training.received import ReceivedModelClient, squared_distance
 
 
 class clientProx(ReceivedModelClient):
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        self.mu = float(args.mu)
+    hparams: FedProxParams
+
+    def setup(self) -> None:
+        super().setup()
+        self.mu = self.hparams.prox_weight
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = self.loss(self.model(x), y)

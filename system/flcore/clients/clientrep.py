@@ -4,20 +4,19 @@ epochs on the base with the head frozen; only the base is exchanged.
 """
 from __future__ import annotations
 
-from torch import nn
-
 from flcore.clients.clientbase import Client
+from flcore.hyperparameters import FedRepParams
 from flcore.training.parttraining import only_trainable, part_optimizer, train_head_then_base
-from utils.data_utils import ClientData
 
 
 class clientRep(Client):
     shared_path = "base"
     persistent_attrs = ("head_optimizer", "head_scheduler")
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
-        self.head_epochs = args.plocal_epochs
+    hparams: FedRepParams
+
+    def setup(self) -> None:
+        self.head_epochs = self.hparams.head_epochs
         # One optimiser per stage, so a stage can only ever step the part it trains.
         self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)
         self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)

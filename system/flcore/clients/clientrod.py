@@ -16,7 +16,6 @@ from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.training.label_counts import class_counts
-from utils.data_utils import ClientData
 
 
 def balanced_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, log_counts: torch.Tensor) -> torch.Tensor:
@@ -45,12 +44,11 @@ class clientROD(Client):
     persistent_attrs = ("personal_head", "personal_optimizer")
     personal_layer_attrs = ("personal_head",)  # FedLAG's K counts it (flcore/lag/mixin.py)
 
-    def __init__(self, args, id: int, train_data: ClientData, test_data: ClientData, model: nn.Module):
-        super().__init__(args, id, train_data, test_data, model)
+    def setup(self) -> None:
         # As in PFLlib, the personal head starts as a copy of the initial generic head.
         self.personal_head = copy.deepcopy(self.model.head)
         self.personal_optimizer = torch.optim.SGD(self.personal_head.parameters(), lr=self.learning_rate)
-        self.log_class_counts = class_counts(train_data.y, self.num_classes).log()
+        self.log_class_counts = class_counts(self.train_data.y, self.num_classes).log()
 
     def begin_local_training(self) -> None:
         self.personal_head.train()

@@ -25,8 +25,8 @@ class clientSCAFFOLD(ReceivedModelClient):
     # by training but read by the server, so both travel with the client wherever it trains.
     persistent_attrs = ("control", "server_control", "control_delta")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
+    def setup(self) -> None:
+        super().setup()
         self.control: Controls = self._zeros()          # c_i
         self.server_control: Controls = self._zeros()   # c, as last received
         self.control_delta: Controls = self._zeros()    # c_i+ - c_i of the last local training

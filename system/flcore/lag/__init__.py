@@ -1,13 +1,16 @@
-"""FedLAG: ``conflict.py`` (the conflict score, pure tensor maths), ``selector.py`` (``LayerSelector``:
-the evidence across rounds and the rule that picks the personal layers) and ``mixin.py``
-(``LayerConflictMixin``, which adds layer personalisation to any parameter-sharing server).
+"""FedLAG: ``conflict.py`` (the conflict score, pure tensor maths), ``settings.py`` (``LagSettings``, the
+knobs and their ``--lag_*`` flags), ``selector.py`` (``LayerSelector``: the evidence across rounds and the
+rule that picks the personal layers) and ``mixin.py`` (``LayerConflictMixin``, which adds layer
+personalisation to any parameter-sharing server). ``flagfields.py`` is the generic flag declaration the
+settings, and the rest of the project, are written in.
 
 Depends on torch only, so the folder can be copied into an upstream PFLlib checkout unchanged.
 """
 from .conflict import (Layer, build_layers, conflict_count, conflict_scores, layer_evidence, pairwise_cosines,
                        top_k_layers)
 from .mixin import LayerConflictMixin, with_layer_conflict
-from .selector import LagError, LagSettings, LayerSelector, hysteresis_choice, top_k_positive
+from .selector import LayerSelector, hysteresis_choice, top_k_positive
+from .settings import LagError, LagSettings
 
 __all__ = ["Layer", "build_layers", "conflict_count", "conflict_scores", "layer_evidence", "pairwise_cosines",
            "top_k_layers", "LagError", "LagSettings", "LayerSelector", "hysteresis_choice", "top_k_positive",

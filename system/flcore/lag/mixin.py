@@ -17,11 +17,13 @@ hooks every PFLlib-style server has, and calls the base method's own version of 
 
 Only tensors the base method uploads (and the client ``shares``) are ranked: the base method's own
 personal parts stay personal and count towards K (``LayerSelector``), so FedRep+LAG with K = 1 is
-FedRep and K = 2 adds one shared layer. Contracts relied on (PFLlib's): ``self.args``,
-``self.clients`` with ``.id`` and ``.model``, ``self.selected_clients``, and ``receive_models`` filling
-``self.uploaded_ids`` / ``self.uploaded_models`` with live modules of the clients' models.
+FedRep and K = 2 adds one shared layer. Contracts relied on: ``self.lag_settings()``, the ``--lag_*``
+values (this project's ``Server`` returns its config's; in a PFLlib checkout ``UpstreamCompat`` reads
+them from ``args``), and PFLlib's ``self.clients`` with ``.id`` and ``.model``,
+``self.selected_clients``, and ``receive_models`` filling ``self.uploaded_ids`` /
+``self.uploaded_models`` with live modules of the clients' models.
 
-This module imports only torch, ``conflict.py`` and ``selector.py``, so ``lag/`` drops into a PFLlib
+This module imports only torch and the other modules of ``lag/``, so ``lag/`` drops into a PFLlib
 checkout unchanged.
 """
 from __future__ import annotations
@@ -33,7 +35,8 @@ import torch
 from torch import nn
 
 from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
-from .selector import LagError, LagSettings, LayerSelector
+from .selector import LayerSelector
+from .settings import LagError, LagSettings
 
 State = Dict[str, torch.Tensor]
 
@@ -43,7 +46,7 @@ class LayerConflictMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.lag = LagSettings.from_args(self.args)
+        self.lag: LagSettings = self.lag_settings()
         self.lag_selector: Optional[LayerSelector] = None  # built once the candidate layers are known
         self._lag_unscored_before = 0                        # rounds that ended before that
         # Transient, rebuilt every round: flat-parameter layout, per-layer column spans, update matrix.

@@ -17,126 +17,17 @@ Three rules (``--lag_schedule``):
 In every rule a layer with no conflict at all is never chosen (with no evidence, nothing new is
 personalised), and a round with fewer than two uploads is recorded but changes nothing.
 
-Imports only torch, so ``lag/`` can be copied into a PFLlib checkout unchanged.
+The knobs themselves, and their ``--lag_*`` flags, are :class:`~.settings.LagSettings`. Imports only
+torch, so ``lag/`` can be copied into a PFLlib checkout unchanged.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .conflict import GRANULARITIES, Layer, top_k_layers
-
-SCHEDULES = ("smoothed", "every_round", "warmup")
-SIGNALS = ("delta", "last_batch")
-
-
-class LagError(ValueError):
-    """FedLAG cannot be applied as configured; the message says why."""
-
-
-def default_warmup(global_rounds: int) -> int:
-    """The authors' warm-up length, min(floor(R / 2), 30), at least one round."""
-    return max(1, min(int(global_rounds) // 2, 30))
-
-
-@dataclass(frozen=True)
-class LagSettings:
-    """FedLAG's knobs; the one definition behind the ``--lag_*`` flags."""
-    top_k: int = 1
-    xi: float = 0.0
-    schedule: str = "smoothed"
-    warmup: int = 30
-    granularity: str = "module"
-    signal: str = "delta"
-    decay: float = 0.9
-    margin: float = 0.1
-
-    @classmethod
-    def from_args(cls, args) -> "LagSettings":
-        rounds = int(getattr(args, "global_rounds", 60))
-        warmup = getattr(args, "lag_warmup", None)
-        defaults = cls()
-        settings = cls(top_k=int(getattr(args, "lag_top_k", defaults.top_k)),
-                       xi=float(getattr(args, "lag_xi", defaults.xi)),
-                       schedule=getattr(args, "lag_schedule", defaults.schedule),
-                       warmup=default_warmup(rounds) if warmup is None else int(warmup),
-                       granularity=getattr(args, "lag_granularity", defaults.granularity),
-                       signal=getattr(args, "lag_signal", defaults.signal),
-                       decay=float(getattr(args, "lag_decay", defaults.decay)),
-                       margin=float(getattr(args, "lag_margin", defaults.margin)))
-        settings.check(global_rounds=rounds)
-        return settings
-
-    def check(self, global_rounds: Optional[int] = None) -> None:
-        problems = []
-        if self.top_k < 0:
-            problems.append(f"--lag_top_k must be >= 0, got {self.top_k}")
-        if not -1.0 <= self.xi <= 0.0:
-            problems.append(f"--lag_xi must be in [-1, 0], got {self.xi}")
-        if not 0.0 < self.decay <= 1.0:
-            problems.append(f"--lag_decay must be in (0, 1], got {self.decay}")
-        if not (math.isfinite(self.margin) and self.margin >= 0.0):
-            problems.append(f"--lag_margin must be >= 0, got {self.margin}")
-        if self.schedule == "warmup":
-            if self.warmup < 1:
-                problems.append(f"--lag_warmup must be >= 1 with --lag_schedule warmup, got {self.warmup}")
-            elif global_rounds is not None and self.warmup > global_rounds:
-                problems.append(f"--lag_warmup {self.warmup} is longer than the run (-gr {global_rounds} trains "
-                                f"rounds 0..{global_rounds}, so no round would be personalised); "
-                                f"use --lag_warmup <= {global_rounds}")
-        elif self.warmup < 0:
-            problems.append(f"--lag_warmup must be >= 0, got {self.warmup}")
-        for flag, value, choices in (("--lag_schedule", self.schedule, SCHEDULES),
-                                     ("--lag_granularity", self.granularity, GRANULARITIES),
-                                     ("--lag_signal", self.signal, SIGNALS)):
-            if value not in choices:
-                problems.append(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
-        if problems:
-            raise LagError("; ".join(problems))
-
-
-# The --lag_* flags: (flag, LagSettings field, argparse keywords). Defaults and choices come from
-# LagSettings, so the project's main.py, the PFLlib patch and the Flower app share one definition.
-_FLAG_HELP = (
-    ("--lag_top_k", "top_k", dict(type=int, help="personal layers K in total, the base method's own included (FedRep's head counts; 0 = the base method exactly)")),
-    ("--lag_xi", "xi", dict(type=float, help="cosine threshold xi in [-1, 0]; a pair conflicts when cos < xi")),
-    ("--lag_schedule", "schedule", dict(choices=SCHEDULES, help=(
-        "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's "
-        "top-K); warmup: the authors' code (sum W rounds, then freeze)"))),
-    ("--lag_warmup", "warmup", dict(type=int, help="warm-up rounds W of the warmup schedule "
-                                                   "(default: min(gr // 2, 30))")),
-    ("--lag_granularity", "granularity", dict(choices=GRANULARITIES, help=(
-        "a layer is a module (weight and bias together) or a single parameter tensor"))),
-    ("--lag_signal", "signal", dict(choices=SIGNALS, help=(
-        "update scored: parameters after minus before local training, or the last batch's gradient"))),
-    ("--lag_decay", "decay", dict(type=float, help="smoothed: weight kept by the evidence so far at each "
-                                                   "scored round, in (0, 1]")),
-    ("--lag_margin", "margin", dict(type=float, help="smoothed: lead in conflict rate a layer needs to "
-                                                     "displace a personal one")),
-)
-
-
-def add_lag_arguments(parser) -> None:
-    """Add the ``--lag_*`` flags to an argparse parser (those it already has are left alone)."""
-    defaults = LagSettings()
-    existing = getattr(parser, "_option_string_actions", {})
-    for flag, field, keywords in _FLAG_HELP:
-        if flag in existing:
-            continue
-        default = None if field == "warmup" else getattr(defaults, field)
-        parser.add_argument(flag, default=default, **keywords)
-
-
-def lag_flag_problems(args) -> List[str]:
-    """The ``--lag_*`` values that :class:`LagSettings` refuses, as messages naming the flags."""
-    try:
-        LagSettings.from_args(args)
-    except LagError as err:
-        return [str(err)]
-    return []
+from .conflict import Layer, top_k_layers
+from .settings import LagError, LagSettings
 
 
 # ----- the rules, as pure functions ----------------------------------------------------------------------

@@ -20,9 +20,8 @@ from flcore.training.classvectors import ClassVectors, average_over_holders
 class ClassVectorServer(Server):
     persistent_attrs = ("global_vectors", "global_present")
 
-    def __init__(self, args, *rest, **kwargs):
-        super().__init__(args, *rest, **kwargs)
-        classes = int(self.args.num_classes)
+    def setup(self) -> None:
+        classes = int(self.num_classes)
         self.global_vectors = torch.zeros(classes, self.vector_dim(), device=self.device)
         self.global_present = torch.zeros(classes, dtype=torch.bool, device=self.device)
         self.uploaded_vectors: List[ClassVectors] = []

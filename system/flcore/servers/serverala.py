@@ -11,10 +11,14 @@ recorded per round as ``rs_ala_weight_mean``.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from flcore.clients.clientala import clientALA
+from flcore.hyperparameters import FedALAParams
 from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import ConfigError, Server
+from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class FedALA(Server):
@@ -23,17 +27,13 @@ class FedALA(Server):
     entropy fine-tuning."""
     client_class = clientALA
 
-    def __init__(self, args, times, model, data):
+    def __init__(self, config: RunConfig, hparams: FedALAParams, times: int, model: nn.Module, data: DatasetInfo):
+        # The flag's lower bound is checked with the flags; the upper one needs the model.
         tensors = len(list(model.parameters()))
-        if not 1 <= args.layer_idx <= tensors:
-            raise ConfigError(f"-p/--layer_idx is the number of top parameter tensors FedALA mixes and must be in "
-                              f"[1, {tensors}] for this model, got {args.layer_idx}")
-        if not 0 < args.rand_percent <= 100:
-            raise ConfigError(f"-s/--rand_percent is the percentage of local data FedALA learns its weights on "
-                              f"and must be in (0, 100], got {args.rand_percent}")
-        if not args.eta > 0:
-            raise ConfigError(f"-et/--eta is FedALA's weight-learning rate and must be > 0, got {args.eta}")
-        super().__init__(args, times, model, data)
+        if hparams.mixed_tensors > tensors:
+            raise ConfigError(f"-p/--layer_idx (the number of top parameter tensors FedALA mixes) must be in "
+                              f"[1, {tensors}] for this model, got {hparams.mixed_tensors}")
+        super().__init__(config, hparams, times, model, data)
 
     def send_models(self) -> None:
         keep = lag_personal_names(self)

@@ -22,8 +22,9 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientamp import clientAMP
+from flcore.hyperparameters import FedAMPParams
 from flcore.lagaware import lag_personal_names
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 
 State = Dict[str, torch.Tensor]
 
@@ -49,16 +50,11 @@ class FedAMP(Server):
     global model), then -ften epochs of plain cross-entropy fine-tuning."""
     client_class = clientAMP
 
-    def __init__(self, args, *rest, **kwargs):
-        if not args.alphaK > 0:
-            raise ConfigError(f"-alk/--alphaK is FedAMP's attention step size and must be > 0, got {args.alphaK}")
-        if not args.sigma > 0:
-            raise ConfigError(f"-sg/--sigma is FedAMP's kernel width and must be > 0, got {args.sigma}")
-        if not args.lamda >= 0:
-            raise ConfigError(f"-lam/--lamda is FedAMP's proximal weight and must be >= 0, got {args.lamda}")
-        super().__init__(args, *rest, **kwargs)
-        self.alphaK = float(args.alphaK)
-        self.sigma = float(args.sigma)
+    hparams: FedAMPParams
+
+    def setup(self) -> None:
+        self.alphaK = self.hparams.attention_step
+        self.sigma = self.hparams.kernel_width
 
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""

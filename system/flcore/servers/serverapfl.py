@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from flcore.clients.clientapfl import clientAPFL
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 
 
 class APFL(Server):
@@ -18,12 +18,6 @@ class APFL(Server):
     initial mixing weight -al (so the mixture starts as the global model), then -ften epochs of APFL's own
     updates of w, v and alpha; the mixture is tested."""
     client_class = clientAPFL
-
-    def __init__(self, args, *rest, **kwargs):
-        if not 0.0 <= args.alpha <= 1.0:
-            raise ConfigError(f"APFL needs -al/--alpha in [0, 1] (initial weight of the local model in "
-                              f"the personalised mixture), got {args.alpha}")
-        super().__init__(args, *rest, **kwargs)
 
     def end_round(self, rnd: int) -> None:
         self.record("apfl_alpha", np.array([client.alpha for client in self.clients]))

@@ -12,11 +12,9 @@ each client last held, so the last aggregate is never used), and the fine-tuned 
 own series instead of one extra entry appended to ``rs_test_acc``. PFLlib once froze the wrong
 module while fine-tuning (TsingZ0/PFLlib#245); here fine-tuning trains both.
 """
-from torch import nn
-
 from flcore.clients.clientbabu import clientBABU
-from flcore.servers.serverbase import ConfigError, Server
-from utils.data_utils import DatasetInfo
+from flcore.hyperparameters import FedBABUParams
+from flcore.servers.serverbase import Server
 
 
 class FedBABU(Server):
@@ -25,12 +23,10 @@ class FedBABU(Server):
     together, as every client does in :meth:`finish`."""
     client_class = clientBABU
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        if args.fine_tuning_epochs < 0:
-            raise ConfigError(f"-fte/--fine_tuning_epochs (FedBABU's final fine-tuning) must be >= 0, "
-                              f"got {args.fine_tuning_epochs}")
-        super().__init__(args, times, model, data)
-        self.fine_tuning_epochs = args.fine_tuning_epochs
+    hparams: FedBABUParams
+
+    def setup(self) -> None:
+        self.fine_tuning_epochs = self.hparams.fine_tuning_epochs
 
     def finish(self) -> None:
         self.send_models()

@@ -23,10 +23,13 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
+from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client, DivergenceError
 from flcore.executors import SequentialExecutor, make_executor
+from flcore.lag.settings import LagSettings
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
-from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
+from utils import progress
+from utils.accuracy_summary import AccuracySummary, summary_from_arrays
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
                               remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
@@ -34,13 +37,13 @@ from utils.data_utils import DatasetInfo, load_client_splits
 from utils.errors import UserError
 from utils.metrics import Summary, summarize
 from utils.paths import RESULTS_DIR, display_path, portable_config
-from utils import progress
 from utils.progress import RoundReporter
 from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
+from utils.run_config import RunConfig
 from utils.run_lock import RunLock
 from utils.run_table import csv_path, git_revision, write_run_csv
-from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 from utils.seeding import sampler_rng
+from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 
 
 def validation_accuracy(clients: Sequence[Client]) -> float:
@@ -58,17 +61,10 @@ class ConfigError(UserError, ValueError):
     """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
 
 
-def run_results_file(args, run: int) -> Path:
-    """Where run ``run`` of the flags ``args`` writes its .h5 (``--results_dir``, default ``results/``)."""
-    folder = Path(args.results_dir) if args.results_dir else RESULTS_DIR
-    return result_path(folder, args.dataset, args.algorithm, args.goal, run)
-
-
-def require(*checks: tuple) -> None:
-    """Raise one ConfigError listing every ``(condition, message)`` pair whose condition is false."""
-    problems = [message for ok, message in checks if not ok]
-    if problems:
-        raise ConfigError("; ".join(problems))
+def run_results_file(config: RunConfig, run: int) -> Path:
+    """Where run ``run`` of ``config`` writes its .h5 (``--results_dir``, default ``results/``)."""
+    folder = Path(config.results_dir) if config.results_dir else RESULTS_DIR
+    return result_path(folder, config.dataset, config.algorithm, config.goal, run)
 
 
 class Server:
@@ -77,31 +73,37 @@ class Server:
     # besides the global model, the sampler, the round counter and the history.
     persistent_attrs: tuple = ()
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        self.args = args
+    def __init__(self, config: RunConfig, hparams: Hyperparameters, times: int, model: nn.Module,
+                 data: DatasetInfo):
+        """``config``: this run's flags (seeded for run ``times``); ``hparams``: what the algorithm takes
+        (its registry row's dataclass), which its clients receive too. Ends with :meth:`setup`."""
+        self.config = config
+        self.hparams = hparams
         self.times = times
-        self.device = torch.device(args.device)
-        self.dataset = args.dataset
-        self.algorithm = args.algorithm
-        self.goal = args.goal
+        self.device = torch.device(config.device)
+        self.dataset = config.dataset
+        self.algorithm = config.algorithm
+        self.goal = config.goal
         self.data_info = data
-        self.global_rounds = args.global_rounds
-        self.eval_gap = args.eval_gap
-        self.num_clients = args.num_clients
-        self.join_ratio = args.join_ratio
-        self.random_join_ratio = args.random_join_ratio
-        self.num_join_clients = max(1, int(args.num_clients * args.join_ratio))
-        self.client_drop_rate = args.client_drop_rate
-        self.auto_break = args.auto_break
-        self.top_cnt = args.top_cnt
-        self.num_new_clients = args.num_new_clients
-        self.fine_tuning_epoch_new = args.fine_tuning_epoch_new
-        self.checkpoint_every = getattr(args, "checkpoint_every", 0)
-        self.val_ratio = getattr(args, "val_ratio", 0.0)
-        self.eval_after_training = getattr(args, "eval_after_training", False)
+        self.num_classes = config.num_classes
+        self.few_shot = config.few_shot
+        self.global_rounds = config.global_rounds
+        self.eval_gap = config.eval_gap
+        self.num_clients = config.num_clients
+        self.join_ratio = config.join_ratio
+        self.random_join_ratio = config.random_join_ratio
+        self.num_join_clients = max(1, int(config.num_clients * config.join_ratio))
+        self.client_drop_rate = config.client_drop_rate
+        self.auto_break = config.auto_break
+        self.top_cnt = config.top_cnt
+        self.num_new_clients = config.num_new_clients
+        self.fine_tuning_epoch_new = config.fine_tuning_epoch_new
+        self.checkpoint_every = config.checkpoint_every
+        self.val_ratio = config.val_ratio
+        self.eval_after_training = config.eval_after_training
 
         self.global_model = model.to(self.device)
-        self.sampler = sampler_rng(args.seed)
+        self.sampler = sampler_rng(config.seed)
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
         self.executor = SequentialExecutor()  # replaced for the duration of train() by --executor
         self.new_clients: List[Client] = []
@@ -122,12 +124,22 @@ class Server:
         self.history: Dict[str, list] = {name: [] for name in ("rs_test_acc", "rs_test_auc", "rs_train_loss",
                                                                "rs_client_acc", "rs_eval_round", "rs_round_time")}
         self._bind_history()
+        self.setup()
+
+    def setup(self) -> None:
+        """What an algorithm adds once the base server and its clients are built: its hyper-parameters
+        as attributes (``self.hparams``), its own state. Overriding ``__init__`` is needed only for work
+        that must come first (e.g. wrapping the model)."""
 
     def _bind_history(self) -> None:
         """PFLlib's attribute names for the three classic series."""
         self.rs_test_acc: List[float] = self.history["rs_test_acc"]
         self.rs_test_auc: List[float] = self.history["rs_test_auc"]
         self.rs_train_loss: List[float] = self.history["rs_train_loss"]
+
+    def lag_settings(self) -> LagSettings:
+        """The ``--lag_*`` values, for ``X+LAG`` (:class:`LayerConflictMixin` asks every server for them)."""
+        return self.config.lag
 
     # ----- set-up ------------------------------------------------------------------------------
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
@@ -137,9 +149,9 @@ class Server:
         clients = []
         for i in ids:
             train, test, val = load_client_splits(
-                self.data_info, i, self.device, num_classes=self.args.num_classes, few_shot=self.args.few_shot,
+                self.data_info, i, self.device, num_classes=self.num_classes, few_shot=self.few_shot,
                 channels_last=channels_last, val_ratio=self.val_ratio)
-            client = self.client_class(self.args, i, train, test, self.global_model)
+            client = self.client_class(self.config, self.hparams, i, train, test, self.global_model)
             client.val_data = val
             clients.append(client)
         return clients
@@ -181,10 +193,10 @@ class Server:
     def run_rounds(self) -> None:
         """THE round loop (see the module docstring), then :meth:`finish` and the results."""
         board = (TensorBoardLog(tensorboard_folder(self.results_file()), self.current_round)
-                 if getattr(self.args, "tensorboard", False) else None)
+                 if self.config.tensorboard else None)
         reporter = RoundReporter(len(self.rounds_left()), first=self.current_round,
                                  title=f"{self.algorithm} on {self.dataset}")
-        self.executor = make_executor(self, self.args)
+        self.executor = make_executor(self, self.config)
         try:
             for rnd in self.rounds_left():
                 self.current_round = rnd
@@ -217,7 +229,7 @@ class Server:
         except DivergenceError as err:
             path = self.save_results()
             raise RunError(
-                f"round {self.current_round}: {err} (learning rate {self.args.local_learning_rate}); "
+                f"round {self.current_round}: {err} (learning rate {self.config.local_learning_rate}); "
                 f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
         except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
             path = self.save_results()
@@ -395,7 +407,7 @@ class Server:
 
     def checkpoint_folder(self) -> Path:
         """This run's checkpoints: under its results name, in a folder of its result-affecting flags."""
-        return checkpoint_folder(self.results_file(), vars(self.args))
+        return checkpoint_folder(self.results_file(), self.config.flags())
 
     def save_checkpoint(self, rnd: int, loop_done: bool = False) -> Path:
         """Everything needed to continue after round ``rnd``, including every random generator.
@@ -403,7 +415,7 @@ class Server:
         ``loop_done``: no round follows (the last round, or -ab stopped the run); a resumed run goes
         straight to :meth:`finish`.
         """
-        payload = {"config": vars(self.args), "server": self.get_state(), "rng": global_rng_state(),
+        payload = {"config": self.config.flags(), "server": self.get_state(), "rng": global_rng_state(),
                    "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
         return save_checkpoint(self.checkpoint_folder(), rnd, payload)
 
@@ -411,7 +423,7 @@ class Server:
         """Why ``payload`` cannot continue this run, or None; checked before anything is loaded."""
         if not {"config", "server", "rng"} <= set(payload) or not isinstance(payload["config"], dict):
             return "not a checkpoint of this program (no config, server or rng entry)"
-        differences = config_differences(payload["config"], vars(self.args))
+        differences = config_differences(payload["config"], self.config.flags())
         if differences:
             return "made with other flags (" + "; ".join(differences) + ")"
         rnd = payload_round(payload)
@@ -480,7 +492,7 @@ class Server:
             except CheckpointError:
                 continue
             config = found.payload.get("config") if isinstance(found.payload, dict) else None
-            diff = config_differences(config, vars(self.args)) if isinstance(config, dict) else ["unreadable flags"]
+            diff = config_differences(config, self.config.flags()) if isinstance(config, dict) else ["unreadable flags"]
             if not diff and self.checkpoint_problem(found.payload) is None:
                 return found
             if blocking is None:
@@ -500,7 +512,7 @@ class Server:
         current = torch.get_num_threads()
         if not saved or int(saved) == current:
             return ""
-        if not getattr(self.args, "threads", 0):
+        if not self.config.threads:
             torch.set_num_threads(int(saved))
             return f"using the checkpoint's {int(saved)} intra-op threads (this machine's default is {current})"
         return (f"the checkpoint ran with {int(saved)} intra-op threads and --threads asks for {current}: "
@@ -513,17 +525,17 @@ class Server:
 
     def result_attrs(self) -> Dict[str, object]:
         # What bitwise reproducibility depends on besides the flags: the torch build and its thread count.
-        config = dict(portable_config(vars(self.args)), torch_version=torch.__version__,
+        config = dict(portable_config(self.config.flags()), torch_version=torch.__version__,
                       intra_op_threads=torch.get_num_threads())
         return {"config": config, "run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
                 "rounds_done": len(self.history["rs_round_time"]), "git_revision": git_revision()}
 
     def accuracy_summary(self) -> AccuracySummary:
         """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far."""
-        return summary_from_arrays(self.history, getattr(self.args, "report_last_k", DEFAULT_LAST_K))
+        return summary_from_arrays(self.history, self.config.report_last_k)
 
     def results_file(self) -> Path:
-        return run_results_file(self.args, self.times)
+        return run_results_file(self.config, self.times)
 
     def save_results(self, complete: bool = False) -> Path:
         """Write the run's .h5 and return where it went; ``complete`` marks a run that reached its end

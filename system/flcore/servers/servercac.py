@@ -23,7 +23,8 @@ import torch
 
 from flcore.aggregation import State, named_tensors, weighted_average
 from flcore.clients.clientcac import clientCAC
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedCACParams
+from flcore.servers.serverbase import Server
 
 
 def mask_overlaps(masks: Sequence[Dict[str, torch.Tensor]]) -> torch.Tensor:
@@ -59,16 +60,10 @@ class FedCAC(Server):
     client_class = clientCAC
     persistent_attrs = ("previous_uploaders",)
 
-    def __init__(self, args, *rest, **kwargs):
-        if not 0 < args.tau <= 1:
-            raise ConfigError(f"-tau/--tau is the fraction of each tensor FedCAC treats as critical and must be "
-                              f"in (0, 1], got {args.tau}")
-        if not args.beta > 0:
-            raise ConfigError(f"-bt/--beta sets how fast FedCAC's collaboration threshold rises (it reaches the "
-                              f"largest overlap after beta rounds) and must be > 0, got {args.beta}; "
-                              f"the authors use e.g. -bt 170")
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
+    hparams: FedCACParams
+
+    def setup(self) -> None:
+        self.beta = self.hparams.threshold_rounds
         self.previous_uploaders: List[int] = []  # ids whose models and masks form the customised models
 
     def customised_models(self) -> Tuple[Dict[int, State], float, float]:

@@ -28,9 +28,11 @@ from torch import nn
 
 from flcore.aggregation import sample_weights
 from flcore.clients.clientcp import clientCP
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedCPParams
+from flcore.servers.serverbase import Server
 from flcore.trainmodel.fedcp_model import FedCPModel
 from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class FedCP(Server):
@@ -39,10 +41,8 @@ class FedCP(Server):
     noise-free prediction (the global head stays frozen, as in local training)."""
     client_class = clientCP
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        if not args.lamda >= 0:
-            raise ConfigError(f"-lam/--lamda (FedCP's MMD weight) must be >= 0, got {args.lamda}")
-        super().__init__(args, times, FedCPModel(model.base, model.head), data)
+    def __init__(self, config: RunConfig, hparams: FedCPParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, FedCPModel(model.base, model.head), data)
 
     def end_round(self, rnd: int) -> None:
         trained = self.selected_clients

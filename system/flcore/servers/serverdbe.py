@@ -19,12 +19,11 @@ and goes to every client with each broadcast.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flcore.aggregation import sample_weights, weighted_average
 from flcore.clients.clientdbe import clientDBE
-from flcore.servers.serverbase import Server, require
-from utils.data_utils import DatasetInfo
+from flcore.hyperparameters import FedDBEParams
+from flcore.servers.serverbase import Server
 
 
 class FedDBE(Server):
@@ -35,12 +34,9 @@ class FedDBE(Server):
     client_class = clientDBE
     persistent_attrs = ("global_feature_mean",)
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        require((0.0 <= args.momentum <= 1.0,
-                 f"-mo/--momentum (FedDBE's running-mean momentum) must be in [0, 1], got {args.momentum}"),
-                (args.kl_weight >= 0.0,
-                 f"-klw/--kl_weight (FedDBE's mean-regulariser weight) must be >= 0, got {args.kl_weight}"))
-        super().__init__(args, times, model, data)
+    hparams: FedDBEParams
+
+    def setup(self) -> None:
         self.global_feature_mean = self.initial_global_mean()
 
     def initial_global_mean(self) -> torch.Tensor:

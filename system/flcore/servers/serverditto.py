@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 from flcore.clients.clientditto import clientDitto
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 from utils.metrics import Summary
 
 GLOBAL_PREFIX = "rs_global"
@@ -35,15 +35,6 @@ class Ditto(Server):
     epochs of Ditto's personal objective (cross-entropy plus the -mu pull towards that global model);
     the personal model is tested."""
     client_class = clientDitto
-
-    def __init__(self, args, *rest, **kwargs):
-        if args.mu < 0:
-            raise ConfigError(f"Ditto needs -mu/--mu >= 0 (weight of the pull towards the global model), "
-                              f"got {args.mu}")
-        if args.plocal_epochs < 0:
-            raise ConfigError(f"Ditto needs -pls/--plocal_epochs >= 0 (personal epochs per round), "
-                              f"got {args.plocal_epochs}")
-        super().__init__(args, *rest, **kwargs)
 
     def evaluate(self, clients: Optional[Sequence[clientDitto]] = None, prefix: str = "rs") -> Summary:
         summary = super().evaluate(clients, prefix)

@@ -16,7 +16,8 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors, zeros_like_parameters
 from flcore.clients.clientdyn import clientDyn
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedDynParams
+from flcore.servers.serverbase import Server
 
 
 class FedDyn(Server):
@@ -25,12 +26,10 @@ class FedDyn(Server):
     client_class = clientDyn
     persistent_attrs = ("server_state",)
 
-    def __init__(self, args, *rest, **kwargs):
-        if not args.alpha > 0:
-            raise ConfigError(f"-al/--alpha is FedDyn's regularisation weight and must be > 0 "
-                              f"(the server divides by it), got {args.alpha}")
-        super().__init__(args, *rest, **kwargs)
-        self.alpha = float(args.alpha)
+    hparams: FedDynParams
+
+    def setup(self) -> None:
+        self.alpha = self.hparams.regulariser_weight
         # The paper's h: -alpha/N times the sum of every drift w_k - w_global uploaded so far.
         self.server_state: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
 

@@ -19,4 +19,4 @@ class FD(ClassVectorServer):
     client_class = clientFD
 
     def vector_dim(self) -> int:
-        return int(self.args.num_classes)
+        return int(self.num_classes)

@@ -19,7 +19,8 @@ import numpy as np
 
 from flcore.aggregation import State, named_tensors
 from flcore.clients.clientfomo import clientFomo
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedFomoParams
+from flcore.servers.serverbase import Server
 
 
 class FedFomo(Server):
@@ -30,12 +31,10 @@ class FedFomo(Server):
     client_class = clientFomo
     persistent_attrs = ("affinity", "stored_models")
 
-    def __init__(self, args, *rest, **kwargs):
-        if args.M < 1:
-            raise ConfigError(f"-M/--M is the number of models each FedFomo client downloads and must be >= 1, "
-                              f"got {args.M}")
-        super().__init__(args, *rest, **kwargs)
-        self.models_per_client = int(args.M)
+    hparams: FedFomoParams
+
+    def setup(self) -> None:
+        self.models_per_client = self.hparams.models_per_client
         self.affinity = np.zeros((self.num_clients, self.num_clients), dtype=np.float64)
         # Each client's last upload (parameters and buffers), by client id; None until it uploads.
         self.stored_models: List[Optional[State]] = [None] * self.num_clients

@@ -13,14 +13,14 @@ follow ``-cdr`` like every other method's.
 """
 from __future__ import annotations
 
-import math
 from typing import List, Tuple
 
 import torch
 from torch import nn
 
 from flcore.clients.clientgh import clientGH
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedGHParams
+from flcore.servers.serverbase import Server
 
 
 class FedGH(Server):
@@ -29,13 +29,11 @@ class FedGH(Server):
     head together, as FedGH's clients train."""
     client_class = clientGH
 
-    def __init__(self, args, times: int, model: nn.Module, data):
-        lr = args.server_learning_rate
-        if not (math.isfinite(lr) and lr > 0):
-            raise ConfigError(f"-slr/--server_learning_rate is FedGH's global-head learning rate and must be "
-                              f"a positive number, got {lr}")
-        super().__init__(args, times, model, data)
-        self.head_learning_rate = lr
+    hparams: FedGHParams
+
+    def setup(self) -> None:
+        self.head_learning_rate = self.hparams.head_learning_rate
+        self.batch_size = self.config.batch_size  # the global head trains on the prototypes in client-sized batches
         self.uploaded_prototypes: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
     def receive_models(self) -> None:
@@ -56,8 +54,8 @@ class FedGH(Server):
         optimizer = torch.optim.SGD(head.parameters(), lr=self.head_learning_rate)
         order = torch.as_tensor(self.sampler.permutation(len(labels)), device=labels.device)
         total = torch.zeros((), dtype=torch.float64, device=labels.device)
-        for start in range(0, len(labels), self.args.batch_size):
-            index = order[start:start + self.args.batch_size]
+        for start in range(0, len(labels), self.batch_size):
+            index = order[start:start + self.batch_size]
             loss = nn.functional.cross_entropy(head(features[index]), labels[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

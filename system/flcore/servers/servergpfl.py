@@ -24,9 +24,11 @@ from __future__ import annotations
 from torch import nn
 
 from flcore.clients.clientgpfl import clientGPFL
-from flcore.servers.serverbase import Server, require
+from flcore.hyperparameters import GPFLParams
+from flcore.servers.serverbase import Server
 from flcore.trainmodel.gpfl_model import GPFLModel
 from utils.data_utils import DatasetInfo
+from utils.run_config import RunConfig
 
 
 class GPFL(Server):
@@ -35,7 +37,5 @@ class GPFL(Server):
     distribution, then -ften epochs of cross-entropy fine-tuning on its personalised route."""
     client_class = clientGPFL
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        require((args.lamda >= 0, f"-lam/--lamda (GPFL's magnitude-guidance weight) must be >= 0, got {args.lamda}"),
-                (args.mu >= 0, f"-mu/--mu (GPFL's weight decay on GCE and CoV) must be >= 0, got {args.mu}"))
-        super().__init__(args, times, GPFLModel(model.base, model.head, args.num_classes), data)
+    def __init__(self, config: RunConfig, hparams: GPFLParams, times: int, model: nn.Module, data: DatasetInfo):
+        super().__init__(config, hparams, times, GPFLModel(model.base, model.head, config.num_classes), data)

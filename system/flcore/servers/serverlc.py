@@ -9,15 +9,10 @@ client's own skew.
 Each client reports the received global model with raw logits.
 """
 from flcore.clients.clientlc import clientLC
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 
 
 class FedLC(Server):
     """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning on raw
     logits (the calibration only corrects label skew while a shared model is trained)."""
     client_class = clientLC
-
-    def __init__(self, args, *rest, **kwargs):
-        if not args.tau >= 0:
-            raise ConfigError(f"-tau/--tau is FedLC's calibration strength and must be >= 0, got {args.tau}")
-        super().__init__(args, *rest, **kwargs)

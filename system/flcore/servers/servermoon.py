@@ -7,15 +7,10 @@ global model's and pushed from the client's previous local model's. Each client 
 received global model.
 """
 from flcore.clients.clientmoon import clientMOON
-from flcore.servers.serverbase import Server, require
+from flcore.servers.serverbase import Server
 
 
 class MOON(Server):
     """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (a
     newcomer has no previous local model for the contrastive term)."""
     client_class = clientMOON
-
-    def __init__(self, args, *rest, **kwargs):
-        require((args.mu >= 0, f"-mu/--mu is MOON's contrastive weight and must be >= 0, got {args.mu}"),
-                (args.tau > 0, f"-tau/--tau is MOON's temperature and must be > 0, got {args.tau}"))
-        super().__init__(args, *rest, **kwargs)

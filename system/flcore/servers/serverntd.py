@@ -7,15 +7,10 @@ received global model and the local model (``-bt`` beta, default 0, which is Fed
 (PFLlib uses a uniform 1/num_join mean). Each client reports the received global model.
 """
 from flcore.clients.clientntd import clientNTD
-from flcore.servers.serverbase import Server, require
+from flcore.servers.serverbase import Server
 
 
 class FedNTD(Server):
     """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (no
     distillation)."""
     client_class = clientNTD
-
-    def __init__(self, args, *rest, **kwargs):
-        require((args.beta >= 0, f"-bt/--beta is FedNTD's distillation weight and must be >= 0, got {args.beta}"),
-                (args.tau > 0, f"-tau/--tau is FedNTD's temperature and must be > 0, got {args.tau}"))
-        super().__init__(args, *rest, **kwargs)

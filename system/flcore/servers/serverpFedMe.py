@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from flcore.aggregation import copy_into
 from flcore.clients.clientpFedMe import clientpFedMe
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import PFedMeParams
+from flcore.servers.serverbase import Server
 from flcore.training.personal import interpolate, parameter_copies, parameter_views
 
 
@@ -23,10 +24,10 @@ class pFedMe(Server):
     pulled towards theta); theta is tested."""
     client_class = clientpFedMe
 
-    def __init__(self, args, *rest, **kwargs):
-        check_flags(args)
-        super().__init__(args, *rest, **kwargs)
-        self.beta = float(args.beta)
+    hparams: PFedMeParams
+
+    def setup(self) -> None:
+        self.beta = self.hparams.server_mixing
 
     def aggregate_parameters(self) -> None:
         if not self.uploaded_models:
@@ -38,16 +39,3 @@ class pFedMe(Server):
         # BatchNorm variance could turn negative; they keep the plain average.
         copy_into(shared, interpolate(previous, parameter_views(shared), 1.0 - self.beta))
 
-
-def check_flags(args) -> None:
-    if args.beta <= 0:
-        raise ConfigError(f"pFedMe needs -bt/--beta > 0 (server step: (1 - beta) * previous + beta * average; "
-                          f"beta {args.beta} would never move the global model); the paper uses 1 or 2: try -bt 1")
-    if args.K < 1:
-        raise ConfigError(f"pFedMe needs -K/--K >= 1 (inner steps on the personalised model), got {args.K}")
-    if args.p_learning_rate <= 0:
-        raise ConfigError(f"pFedMe needs -lrp/--p_learning_rate > 0 (personal learning rate), "
-                          f"got {args.p_learning_rate}")
-    if args.lamda <= 0:
-        raise ConfigError(f"pFedMe needs -lam/--lamda > 0 (weight of ||theta - w||^2; with 0 the local model "
-                          f"w never moves), got {args.lamda}")

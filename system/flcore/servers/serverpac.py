@@ -16,7 +16,6 @@ being overwritten; prototypes are pooled by sample count (the authors' code), no
 """
 from __future__ import annotations
 
-import math
 from typing import List, Optional
 
 import numpy as np
@@ -26,7 +25,8 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientpac import clientPAC
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import FedPACParams
+from flcore.servers.serverbase import Server
 from flcore.training.classfeatures import pooled_prototypes
 
 SMALL_WEIGHT = 1e-3  # weights below this are dropped and the rest renormalised (reference code: 1e-3)
@@ -39,10 +39,9 @@ class FedPAC(Server):
     client_class = clientPAC
     persistent_attrs = ("global_prototypes", "global_prototype_mask")
 
-    def __init__(self, args, times: int, model: nn.Module, data):
-        if not (math.isfinite(args.lamda) and args.lamda >= 0):
-            raise ConfigError(f"-lam/--lamda is FedPAC's feature-alignment weight and must be >= 0, got {args.lamda}")
-        super().__init__(args, times, model, data)
+    hparams: FedPACParams
+
+    def setup(self) -> None:
         self.global_prototypes: Optional[torch.Tensor] = None
         self.global_prototype_mask: Optional[torch.Tensor] = None
         self.uploaded_heads: List[nn.Module] = []

@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Optional, Sequence
 
 from flcore.clients.clientperavg import clientPerAvg
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 from utils.metrics import Summary
 
 
@@ -25,12 +25,6 @@ class PerAvg(Server):
     step size -lr on their own data; like every PerAvg client they are tested after one more SGD step on
     one of their training batches, so -ften 0 is exactly Per-FedAvg's personalisation of a new user."""
     client_class = clientPerAvg
-
-    def __init__(self, args, *rest, **kwargs):
-        if args.beta <= 0:
-            raise ConfigError(f"PerAvg needs -bt/--beta > 0 (the meta step size; {args.beta} would never move "
-                              f"the model); try the value of -lr, e.g. -bt {args.local_learning_rate}")
-        super().__init__(args, *rest, **kwargs)
 
     def evaluate(self, clients: Optional[Sequence[clientPerAvg]] = None, prefix: str = "rs") -> Summary:
         clients = self.clients if clients is None else clients

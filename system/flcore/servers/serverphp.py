@@ -11,8 +11,10 @@ inheritance, the HPM being the last local model; the authors use ``-mu 0.9``.
 """
 from __future__ import annotations
 
+from typing import List, Sequence
+
 from flcore.clients.clientphp import clientPHP
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 
 
 class FedPHP(Server):
@@ -21,11 +23,13 @@ class FedPHP(Server):
     model then becomes the trained model (mu_c = 0), and it is what is tested."""
     client_class = clientPHP
 
-    def __init__(self, args, *rest, **kwargs):
-        if not 0.0 <= args.lamda < 1.0:
-            raise ConfigError(f"FedPHP needs -lam/--lamda in [0, 1) (local loss (1 - lamda) * CE + lamda * MMD; "
-                              f"{args.lamda} leaves no cross-entropy); the authors use 0.05 to 0.1: try -lam 0.1")
-        if not 0.0 <= args.mu < 1.0:
-            raise ConfigError(f"FedPHP needs -mu/--mu in [0, 1) (largest weight of the inherited model in its "
-                              f"moving average; the authors use 0.9), got {args.mu}")
-        super().__init__(args, *rest, **kwargs)
+    def set_clients(self, ids: Sequence[int]) -> List[clientPHP]:
+        clients = super().set_clients(ids)
+        for client in clients:
+            client.expected_participations = self.expected_participations()
+        return clients
+
+    def expected_participations(self) -> int:
+        """How many rounds a client takes part in, as the authors count it: -jr of the -gr rounds (at least
+        one). The inherited model's weight reaches -mu after that many participations."""
+        return max(int(self.join_ratio * self.global_rounds), 1)

@@ -8,15 +8,10 @@ client's proximal term ``mu/2 * ||w - w_global||^2`` (``-mu``, default 0, which 
 Each client reports the received global model.
 """
 from flcore.clients.clientprox import clientProx
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.servers.serverbase import Server
 
 
 class FedProx(Server):
     """New clients (-nnc): the global model, then -ften epochs of plain cross-entropy fine-tuning (no
     proximal term)."""
     client_class = clientProx
-
-    def __init__(self, args, *rest, **kwargs):
-        if not args.mu >= 0:
-            raise ConfigError(f"-mu/--mu is FedProx's proximal weight and must be >= 0, got {args.mu}")
-        super().__init__(args, *rest, **kwargs)

@@ -9,11 +9,8 @@ server step; each client is evaluated with the received base and its own head.
 PFLlib's ``receive_models`` override for FedRep never reset ``uploaded_ids`` and divided by the
 total sample count without a guard; the base ``receive_models`` used here has neither defect.
 """
-from torch import nn
-
 from flcore.clients.clientrep import clientRep
-from flcore.servers.serverbase import ConfigError, Server
-from utils.data_utils import DatasetInfo
+from flcore.servers.serverbase import Server
 
 
 class FedRep(Server):
@@ -21,8 +18,3 @@ class FedRep(Server):
     from), then FedRep's own update with -ften epochs per stage: the head on the received base (base
     frozen), then the base under that head (head frozen)."""
     client_class = clientRep
-
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        if args.plocal_epochs < 0:
-            raise ConfigError(f"-pls/--plocal_epochs (FedRep's head epochs) must be >= 0, got {args.plocal_epochs}")
-        super().__init__(args, times, model, data)

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from torch import nn
-
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.clients.clientrod import clientROD
 from flcore.servers.serverbase import Server
-from utils.data_utils import DatasetInfo
 from utils.metrics import Summary
 
 
@@ -29,8 +26,7 @@ class FedROD(Server):
     head); they report generic plus personal logits, as every client does."""
     client_class = clientROD
 
-    def __init__(self, args, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(args, times, model, data)
+    def setup(self) -> None:
         # Where every personal head starts (clientROD copies the generic head it is built with). The
         # generic head moves with training, so newcomers take this copy; the same seed rebuilds it on resume.
         self.initial_personal_head = {n: t.detach().clone() for n, t in named_tensors(self.global_model.head).items()}

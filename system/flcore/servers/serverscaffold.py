@@ -16,7 +16,8 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average, zeros_like_parameters
 from flcore.clients.clientscaffold import clientSCAFFOLD
-from flcore.servers.serverbase import ConfigError, Server
+from flcore.hyperparameters import SCAFFOLDParams
+from flcore.servers.serverbase import Server
 
 
 class SCAFFOLD(Server):
@@ -25,12 +26,10 @@ class SCAFFOLD(Server):
     client_class = clientSCAFFOLD
     persistent_attrs = ("control",)
 
-    def __init__(self, args, *rest, **kwargs):
-        if not args.server_learning_rate > 0:
-            raise ConfigError(f"-slr/--server_learning_rate is SCAFFOLD's global step size and must be > 0, "
-                              f"got {args.server_learning_rate}")
-        super().__init__(args, *rest, **kwargs)
-        self.server_learning_rate = float(args.server_learning_rate)
+    hparams: SCAFFOLDParams
+
+    def setup(self) -> None:
+        self.server_learning_rate = self.hparams.server_learning_rate
         self.control: Dict[str, torch.Tensor] = zeros_like_parameters(self.global_shared_module())
         self.uploaded_control_deltas: List[Dict[str, torch.Tensor]] = []
 

@@ -20,7 +20,7 @@ Scheduler = torch.optim.lr_scheduler.LRScheduler
 def part_optimizer(client: Client, part: nn.Module) -> Tuple[torch.optim.Optimizer, Scheduler]:
     """The client's optimiser over ``part`` only, with the ``-ld``/``-ldg`` decay schedule."""
     optimizer = client.make_optimizer(part.parameters())
-    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=client.args.learning_rate_decay_gamma)
+    scheduler = client.make_scheduler(optimizer)
     return optimizer, scheduler
 
 

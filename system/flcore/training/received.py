@@ -38,8 +38,7 @@ def squared_distance(model: nn.Module, reference: nn.Module) -> torch.Tensor:
 class ReceivedModelClient(Client):
     """A client that holds ``received_model`` (what it started from) while it trains."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def setup(self) -> None:
         self.received_model: Optional[nn.Module] = None
 
     def begin_local_training(self) -> None:

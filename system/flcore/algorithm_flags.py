@@ -1,0 +1,81 @@
+"""PFLlib's shared hyper-parameter flags, and how an algorithm declares the ones it reads.
+
+PFLlib gives its algorithms a few generic flags (``-mu``, ``-lam``, ``-bt``, ``-K`` ...) with one default
+each, and each algorithm reads some of them in its own sense (``-mu`` is FedProx's proximal weight,
+MOON's contrastive weight, FedPHP's inheritance ceiling). :class:`AlgorithmFlags` is that command line,
+unchanged; a run records all of it. An algorithm states what it takes as a small frozen
+:class:`Hyperparameters` dataclass (``flcore/hyperparameters.py``, named in its registry row) whose
+fields each :func:`reads` one shared flag, under a name of its own, with the bounds and meaning that
+algorithm gives it::
+
+    @dataclass(frozen=True)
+    class FedProxParams(Hyperparameters):
+        prox_weight: float = reads("mu", "FedProx's proximal weight", minimum=0)
+
+Refusals then name the flag: ``-mu/--mu (FedProx's proximal weight) must be >= 0, got -1.0``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import List
+
+from flcore.lag.flagfields import FLAG, field_problems, flag
+
+SOURCE = "source"  # field metadata of a hyper-parameter: the AlgorithmFlags field it reads
+
+
+@dataclass(frozen=True)
+class AlgorithmFlags:
+    """PFLlib's shared hyper-parameter flags; their meaning depends on the algorithm."""
+    beta: float = flag("-bt", "--beta", default=0.0,
+                       help="pFedMe server mixing, PerAvg second step size, FedNTD loss weight, FedCAC")
+    lamda: float = flag("-lam", "--lamda", default=1.0,
+                        help="regularisation weight: pFedMe, FedAMP, FedProto, FD, GPFL, FedCP, FedPAC, FedPHP")
+    mu: float = flag("-mu", "--mu", default=0.0,
+                     help="proximal or contrastive weight: FedProx, Ditto, MOON, GPFL, FedPHP")
+    K: int = flag("-K", "--K", default=5, help="pFedMe inner steps")
+    p_learning_rate: float = flag("-lrp", "--p_learning_rate", default=0.01, help="pFedMe personal lr")
+    M: int = flag("-M", "--M", default=5, help="FedFomo models sent per client")
+    alphaK: float = flag("-alk", "--alphaK", default=1.0, help="FedAMP")
+    sigma: float = flag("-sg", "--sigma", default=1.0, help="FedAMP kernel width")
+    alpha: float = flag("-al", "--alpha", default=1.0, help="APFL mixing weight; FedDyn regulariser")
+    plocal_epochs: int = flag("-pls", "--plocal_epochs", default=1, help="Ditto personal / FedRep head epochs")
+    tau: float = flag("-tau", "--tau", default=1.0, help="MOON, FedNTD, FedLC temperature; FedCAC")
+    fine_tuning_epochs: int = flag("-fte", "--fine_tuning_epochs", default=10, help="FedBABU final fine-tuning")
+    server_learning_rate: float = flag("-slr", "--server_learning_rate", default=1.0,
+                                       help="server step size: SCAFFOLD, FedGH")
+    eta: float = flag("-et", "--eta", default=1.0, help="FedALA")
+    rand_percent: int = flag("-s", "--rand_percent", default=80, help="FedALA")
+    layer_idx: int = flag("-p", "--layer_idx", default=2, help="FedALA")
+    momentum: float = flag("-mo", "--momentum", default=0.1, help="FedDBE")
+    kl_weight: float = flag("-klw", "--kl_weight", default=0.0, help="FedDBE")
+
+
+_SHARED = {f.name: f for f in dataclasses.fields(AlgorithmFlags)}
+
+
+def reads(source: str, meaning: str, **bounds) -> dataclasses.Field:
+    """A hyper-parameter read from the shared flag ``source`` (an :class:`AlgorithmFlags` field), with its
+    default; ``meaning`` and ``bounds`` (``minimum``, ``above``, ``maximum``, ``below``, ``hint``) are
+    this algorithm's."""
+    shared = _SHARED[source]
+    spec = dataclasses.replace(shared.metadata[FLAG], meaning=meaning, **bounds)
+    return dataclasses.field(default=shared.default, metadata={FLAG: spec, SOURCE: source})
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """What an algorithm takes besides the common flags; this base class is "nothing"."""
+
+    @classmethod
+    def from_flags(cls, flags: AlgorithmFlags) -> "Hyperparameters":
+        return cls(**{f.name: getattr(flags, f.metadata[SOURCE]) for f in dataclasses.fields(cls)})
+
+    def problems(self) -> List[str]:
+        """Every value the algorithm refuses, naming its flag: the declared bounds, then :meth:`validate`."""
+        return field_problems(self) + self.validate()
+
+    def validate(self) -> List[str]:
+        """Checks across fields, for an algorithm that has some (none by default)."""
+        return []

@@ -1,0 +1,160 @@
+"""What each algorithm takes besides the common flags: one small frozen dataclass per algorithm, named
+in its row of ``flcore/registry.py``. Each field reads one of PFLlib's shared flags (``-mu``, ``-lam``
+...; :mod:`flcore.algorithm_flags`) under a name that says what it is for this algorithm, with the
+values the algorithm accepts; they are checked once, when the run's flags are read. Algorithms that take
+nothing use :class:`Hyperparameters` itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flcore.algorithm_flags import Hyperparameters, reads
+
+
+# ----- layer split and personal heads -------------------------------------------------------------------
+@dataclass(frozen=True)
+class FedRepParams(Hyperparameters):
+    head_epochs: int = reads("plocal_epochs", "FedRep's head epochs", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedBABUParams(Hyperparameters):
+    fine_tuning_epochs: int = reads("fine_tuning_epochs", "FedBABU's final fine-tuning epochs", minimum=0)
+
+
+@dataclass(frozen=True)
+class GPFLParams(Hyperparameters):
+    guidance_weight: float = reads("lamda", "GPFL's magnitude-guidance weight", minimum=0)
+    weight_decay: float = reads("mu", "GPFL's weight decay on GCE and CoV", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedCPParams(Hyperparameters):
+    mmd_weight: float = reads("lamda", "FedCP's MMD weight", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedDBEParams(Hyperparameters):
+    momentum: float = reads("momentum", "FedDBE's running-mean momentum", minimum=0, maximum=1)
+    mean_weight: float = reads("kl_weight", "FedDBE's mean-regulariser weight", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedGHParams(Hyperparameters):
+    head_learning_rate: float = reads("server_learning_rate", "FedGH's global-head learning rate", above=0)
+
+
+@dataclass(frozen=True)
+class FedPACParams(Hyperparameters):
+    alignment_weight: float = reads("lamda", "FedPAC's feature-alignment weight", minimum=0)
+
+
+# ----- regularised and full-model methods ---------------------------------------------------------------
+@dataclass(frozen=True)
+class FedProxParams(Hyperparameters):
+    prox_weight: float = reads("mu", "FedProx's proximal weight", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedDynParams(Hyperparameters):
+    regulariser_weight: float = reads("alpha", "FedDyn's regularisation weight; the server divides by it", above=0)
+
+
+@dataclass(frozen=True)
+class MOONParams(Hyperparameters):
+    contrastive_weight: float = reads("mu", "MOON's contrastive weight", minimum=0)
+    temperature: float = reads("tau", "MOON's temperature", above=0)
+
+
+@dataclass(frozen=True)
+class SCAFFOLDParams(Hyperparameters):
+    server_learning_rate: float = reads("server_learning_rate", "SCAFFOLD's global step size", above=0)
+
+
+@dataclass(frozen=True)
+class FedNTDParams(Hyperparameters):
+    distillation_weight: float = reads("beta", "FedNTD's distillation weight", minimum=0)
+    temperature: float = reads("tau", "FedNTD's temperature", above=0)
+
+
+@dataclass(frozen=True)
+class FedLCParams(Hyperparameters):
+    calibration_strength: float = reads("tau", "FedLC's calibration strength", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedALAParams(Hyperparameters):
+    weight_learning_rate: float = reads("eta", "FedALA's weight-learning rate", above=0)
+    sample_percent: int = reads("rand_percent", "the percentage of local data FedALA learns its weights on",
+                                above=0, maximum=100)
+    # At most the model's parameter tensors: FedALA's server checks that once it has the model.
+    mixed_tensors: int = reads("layer_idx", "the number of top parameter tensors FedALA mixes", minimum=1)
+
+
+@dataclass(frozen=True)
+class FedCACParams(Hyperparameters):
+    critical_fraction: float = reads("tau", "the fraction of each tensor FedCAC treats as critical",
+                                     above=0, maximum=1)
+    threshold_rounds: float = reads("beta", "how fast FedCAC's collaboration threshold rises: it reaches the "
+                                    "largest overlap after beta rounds", above=0, hint="the authors use e.g. -bt 170")
+
+
+# ----- personalised copies --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DittoParams(Hyperparameters):
+    pull_weight: float = reads("mu", "Ditto's pull of the personal model towards the global one", minimum=0)
+    personal_epochs: int = reads("plocal_epochs", "Ditto's personal epochs per round", minimum=0)
+
+
+@dataclass(frozen=True)
+class APFLParams(Hyperparameters):
+    initial_mixing: float = reads("alpha", "APFL's initial weight of the local model in the personalised mixture",
+                                  minimum=0, maximum=1)
+
+
+@dataclass(frozen=True)
+class PFedMeParams(Hyperparameters):
+    # PFLlib's shared default -bt 0 would keep the global model at its initial value forever.
+    server_mixing: float = reads("beta", "pFedMe's server step (1 - beta) * previous + beta * average", above=0,
+                                 hint="the paper uses 1 or 2: try -bt 1")
+    inner_steps: int = reads("K", "pFedMe's inner steps on the personalised model", minimum=1)
+    personal_learning_rate: float = reads("p_learning_rate", "pFedMe's personal learning rate", above=0)
+    moreau_weight: float = reads("lamda", "pFedMe's weight of ||theta - w||^2; with 0 the local model w never "
+                                 "moves", above=0)
+
+
+@dataclass(frozen=True)
+class PerAvgParams(Hyperparameters):
+    meta_step_size: float = reads("beta", "PerAvg's meta step size; 0 would never move the model", above=0,
+                                  hint="try the value of -lr")
+
+
+@dataclass(frozen=True)
+class FedPHPParams(Hyperparameters):
+    distillation_weight: float = reads("lamda", "FedPHP's MMD weight in (1 - lamda) * CE + lamda * MMD", minimum=0,
+                                       below=1, hint="the authors use 0.05 to 0.1: try -lam 0.1")
+    inheritance_ceiling: float = reads("mu", "FedPHP's largest weight of the inherited model in its moving "
+                                       "average", minimum=0, below=1, hint="the authors use 0.9")
+
+
+@dataclass(frozen=True)
+class FedAMPParams(Hyperparameters):
+    attention_step: float = reads("alphaK", "FedAMP's attention step size", above=0)
+    kernel_width: float = reads("sigma", "FedAMP's kernel width", above=0)
+    proximal_weight: float = reads("lamda", "FedAMP's proximal weight", minimum=0)
+
+
+@dataclass(frozen=True)
+class FedFomoParams(Hyperparameters):
+    models_per_client: int = reads("M", "the number of models each FedFomo client downloads", minimum=1)
+
+
+# ----- knowledge sharing ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FedProtoParams(Hyperparameters):
+    prototype_weight: float = reads("lamda", "FedProto's prototype-regulariser weight")
+
+
+@dataclass(frozen=True)
+class FDParams(Hyperparameters):
+    distillation_weight: float = reads("lamda", "FD's distillation weight")

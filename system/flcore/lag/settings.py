@@ -1,0 +1,82 @@
+"""FedLAG's knobs, :class:`LagSettings`: the one definition of the ``--lag_*`` flags.
+
+Each field declares its flag (:mod:`.flagfields`): this project's command line, its Flower run config
+(``lag-top-k`` ...) and the flags the PFLlib patch adds to an upstream main.py are all made from it, and
+:meth:`LagSettings.check` is the one place their values are refused. Imports only the standard library
+and ``conflict.py``, so ``lag/`` can be copied into a PFLlib checkout unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .conflict import GRANULARITIES
+from .flagfields import add_arguments, field_problems, flag, read_namespace
+
+SCHEDULES = ("smoothed", "every_round", "warmup")
+SIGNALS = ("delta", "last_batch")
+
+
+class LagError(ValueError):
+    """FedLAG cannot be applied as configured; the message says why."""
+
+
+def default_warmup(global_rounds: int) -> int:
+    """The authors' warm-up length, min(floor(R / 2), 30), at least one round."""
+    return max(1, min(int(global_rounds) // 2, 30))
+
+
+@dataclass(frozen=True)
+class LagSettings:
+    """FedLAG's knobs, each with its ``--lag_*`` flag."""
+    top_k: int = flag("--lag_top_k", default=1, minimum=0, run_key="lag-top-k", help=(
+        "personal layers K in total, the base method's own included (FedRep's head counts; 0 = the base "
+        "method exactly)"))
+    xi: float = flag("--lag_xi", default=0.0, minimum=-1, maximum=0, run_key="lag-xi",
+                     help="cosine threshold xi in [-1, 0]; a pair conflicts when cos < xi")
+    schedule: str = flag("--lag_schedule", default="smoothed", choices=SCHEDULES, run_key="lag-schedule", help=(
+        "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's top-K); "
+        "warmup: the authors' code (sum W rounds, then freeze)"))
+    # Left out on the command line it depends on -gr: from_args fills in min(gr // 2, 30).
+    warmup: int = flag("--lag_warmup", default=30, type=int, minimum=0, command_line_default=None, run_key="lag-warmup",
+                       help="warm-up rounds W of the warmup schedule (default: min(gr // 2, 30))")
+    granularity: str = flag("--lag_granularity", default="module", choices=GRANULARITIES, run_key="lag-granularity",
+                            help="a layer is a module (weight and bias together) or a single parameter tensor")
+    signal: str = flag("--lag_signal", default="delta", choices=SIGNALS, help=(
+        "update scored: parameters after minus before local training, or the last batch's gradient"))
+    decay: float = flag("--lag_decay", default=0.9, above=0, maximum=1, run_key="lag-decay", help=(
+        "smoothed: weight kept by the evidence so far at each scored round, in (0, 1]"))
+    margin: float = flag("--lag_margin", default=0.1, minimum=0, run_key="lag-margin", help=(
+        "smoothed: lead in conflict rate a layer needs to displace a personal one"))
+
+    @classmethod
+    def from_args(cls, args) -> "LagSettings":
+        """From parsed ``--lag_*`` flags (this project's or an upstream PFLlib main.py's), with the warm-up
+        length that depends on ``-gr`` filled in; not checked (see :meth:`check`)."""
+        values = read_namespace(cls, args)
+        if getattr(args, "lag_warmup", None) is None:
+            values["warmup"] = default_warmup(getattr(args, "global_rounds", 60))
+        return cls(**values)
+
+    def problems(self, global_rounds: Optional[int] = None) -> List[str]:
+        """The values FedLAG cannot run with, each naming its flag; ``global_rounds``: the run's -gr."""
+        problems = field_problems(self)
+        if self.schedule == "warmup" and self.warmup >= 0:
+            if self.warmup < 1:
+                problems.append(f"--lag_warmup must be >= 1 with --lag_schedule warmup, got {self.warmup}")
+            elif global_rounds is not None and self.warmup > global_rounds:
+                problems.append(f"--lag_warmup {self.warmup} is longer than the run (-gr {global_rounds} trains "
+                                f"rounds 0..{global_rounds}, so no round would be personalised); "
+                                f"use --lag_warmup <= {global_rounds}")
+        return problems
+
+    def check(self, global_rounds: Optional[int] = None) -> None:
+        """Raise :class:`LagError` listing every value of :meth:`problems`."""
+        problems = self.problems(global_rounds)
+        if problems:
+            raise LagError("; ".join(problems))
+
+
+def add_lag_arguments(parser) -> None:
+    """Add the ``--lag_*`` flags to an argparse parser or group (those it already has are left alone)."""
+    add_arguments(parser, LagSettings)

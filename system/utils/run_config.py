@@ -1,0 +1,162 @@
+"""``RunConfig``: a run's flags as one frozen, typed object, and the one declaration of the common flags.
+
+Every field declares its flag (PFLlib's short and long names, default, help, allowed values;
+``flcore/lag/flagfields.py``): ``utils/options.py`` makes the command line from these declarations and
+refuses what they refuse, with the flag named. Two groups sit inside: PFLlib's shared hyper-parameter
+flags (:class:`~flcore.algorithm_flags.AlgorithmFlags`: ``-mu``, ``-lam`` ..., which the chosen
+algorithm reads through its own dataclass) and FedLAG's (:class:`~flcore.lag.settings.LagSettings`).
+
+:meth:`RunConfig.flags` is the run's record, ``{dest: value}`` for every flag in command-line order: the
+``config`` attribute of the ``.h5``, the checkpoints' key and what ``--resume`` compares.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from flcore.algorithm_flags import AlgorithmFlags
+from flcore.lag.flagfields import field_problems, flag, flag_values, nested, read_namespace
+from flcore.lag.settings import LagSettings
+from utils.accuracy_summary import DEFAULT_LAST_K
+from utils.paths import DATASET_DIR
+
+EXECUTORS = ("sequential", "ray", "batched")
+
+
+# The lists in these help texts are computed when --help is built (the model zoo imports torch).
+def _dataset_help() -> str:
+    generators = sorted((p.stem[len("generate_"):] for p in DATASET_DIR.glob("generate_*.py")), key=str.lower)
+    return ("dataset folder under --data_dir: Digits (embedded, built on first use) or one made by "
+            f"dataset/generate_<Name>.py ({', '.join(n for n in generators if n != 'Digits')}; "
+            "offline: --source FILE, see the generator's --help)")
+
+
+def _model_help() -> str:
+    from flcore.trainmodel.models import IMAGE_MODELS, SENSOR_MODELS, TEXT_MODELS, VECTOR_MODELS
+    groups = (("images", IMAGE_MODELS), ("sensor windows", SENSOR_MODELS), ("feature vectors", VECTOR_MODELS),
+              ("text, with -vs and -ml", TEXT_MODELS))
+    return "model; " + "; ".join(f"{kind}: {', '.join(models)}" for kind, models in groups)
+
+
+def _algorithm_help() -> str:
+    from flcore.registry import algorithms_by_group
+    return f"algorithm; {algorithms_by_group()}"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The flags of one run, in PFLlib's command-line order (``-go`` first, ``--threads`` last)."""
+    # General (PFLlib section 1.2).
+    goal: str = flag("-go", "--goal", default="test", run_key="goal", help="tag in the result file name")
+    device: str = flag("-dev", "--device", default="cuda", run_key="device",
+                       help="cpu, cuda or cuda:N; cuda falls back to cpu")
+    device_id: str = flag("-did", "--device_id", default="0", help="GPU index used with -dev cuda")
+    dataset: str = flag("-data", "--dataset", default="Digits", run_key="dataset", help=_dataset_help)
+    num_classes: Optional[int] = flag("-ncl", "--num_classes", default=None, type=int, minimum=2,
+                                      help="number of classes (default: the dataset's, from its config.json)")
+    model: str = flag("-m", "--model", default="CNN", run_key="model", help=_model_help)
+    vocab_size: Optional[int] = flag("-vs", "--vocab_size", default=None, type=int, minimum=2, help=(
+        "text models' vocabulary size: token ids 0..vs-1, 0 is padding (default: the dataset's, from its "
+        "config.json; PFLlib passes 80 for Shakespeare, 32000 for AG_News and SogouNews)"))
+    max_len: int = flag("-ml", "--max_len", default=200, minimum=1, help=(
+        "text models' longest token sequence, at least the dataset's (it sizes the Transformer's position table)"))
+    batch_size: int = flag("-lbs", "--batch_size", default=10, minimum=1, run_key="batch-size",
+                           help="local minibatch size")
+    local_learning_rate: float = flag("-lr", "--local_learning_rate", default=0.005, above=0,
+                                      run_key="learning-rate", help="clients' SGD learning rate")
+    learning_rate_decay: bool = flag("-ld", "--learning_rate_decay", default=False,
+                                     help="exponential lr decay, one step per local training")
+    learning_rate_decay_gamma: float = flag("-ldg", "--learning_rate_decay_gamma", default=0.99,
+                                            help="decay factor of -ld")
+    global_rounds: int = flag("-gr", "--global_rounds", default=2000, minimum=0, help="rounds 0..gr are run")
+    top_cnt: int = flag("-tc", "--top_cnt", default=100, help="patience of -ab")
+    local_epochs: int = flag("-ls", "--local_epochs", default=1, minimum=0, run_key="local-epochs",
+                             help="local epochs per round")
+    algorithm: str = flag("-algo", "--algorithm", default="FedAvg", help=_algorithm_help)
+    join_ratio: float = flag("-jr", "--join_ratio", default=1.0, above=0, maximum=1,
+                             help="fraction of clients per round, in (0, 1]")
+    random_join_ratio: bool = flag("-rjr", "--random_join_ratio", default=False,
+                                   help="draw each round's count in [jr*nc, nc]")
+    num_clients: int = flag("-nc", "--num_clients", default=20, minimum=1, run_key="num-clients",
+                            help="clients taking part (the dataset must hold at least -nc plus -nnc)")
+    prev: int = flag("-pv", "--prev", default=0, help="first run index")
+    times: int = flag("-t", "--times", default=1, help="runs prev..times-1")
+    eval_gap: int = flag("-eg", "--eval_gap", default=1, minimum=1, help="evaluate every eg rounds")
+    report_last_k: int = flag("--report_last_k", default=DEFAULT_LAST_K, minimum=1, help=(
+        "also report the mean accuracy of the last K evaluations (in the .h5's summary and the end-of-run "
+        "line). K counts evaluations, not rounds: with -eg 5 the last 10 evaluations span 50 rounds; a run "
+        "with fewer evaluations averages all of them. Changes what is reported, never what is trained"))
+    val_ratio: float = flag("--val_ratio", default=0.0, minimum=0, below=1, help=(
+        "hold out this fraction of each client's train data (the same samples for every seed) as a "
+        "validation set, evaluated with the test set; reports then also give the test accuracy at the "
+        "evaluation with the best validation accuracy, so the round is not chosen on the test set (0 = none)"))
+    eval_after_training: bool = flag("--eval_after_training", default=False, switch=True, help=(
+        "also evaluate the round's trained clients after local training (rs_after_* in the .h5), beside "
+        "PFLlib's evaluation after the broadcast"))
+    tensorboard: bool = flag("--tensorboard", default=False, switch=True, help=(
+        "write TensorBoard event files under <results>/tensorboard/<run>/ (needs the tensorboard package)"))
+    auto_break: bool = flag("-ab", "--auto_break", default=False,
+                            help="stop when the best accuracy is -tc evaluations old")
+    num_new_clients: int = flag("-nnc", "--num_new_clients", default=0, minimum=0,
+                                help="clients nc..nc+nnc-1 held out")
+    fine_tuning_epoch_new: int = flag("-ften", "--fine_tuning_epoch_new", default=0,
+                                      help="new-client fine-tuning epochs")
+    few_shot: int = flag("-fs", "--few_shot", default=0, minimum=0, help="keep k train samples per label (0 = all)")
+    client_drop_rate: float = flag("-cdr", "--client_drop_rate", default=0.0, minimum=0, below=1,
+                                   help="fraction of trained clients whose update is dropped")
+    seed: int = flag("--seed", default=0, run_key="seed", help="seeds Python, NumPy, torch and client sampling")
+    data_dir: Optional[str] = flag("--data_dir", default=None, run_key="data-dir",
+                                   help="folder holding <dataset>/ (default: dataset/)")
+    results_dir: Optional[str] = flag("--results_dir", default=None, run_key="results-dir",
+                                      help="folder for .h5 results (default: results/)")
+    checkpoint_every: int = flag("--checkpoint_every", default=0, minimum=0,
+                                 help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
+    resume: bool = flag("-rs", "--resume", default=False,
+                        help="continue from the newest checkpoint of the same run (same flags)")
+    executor: str = flag("--executor", default="sequential", choices=EXECUTORS, help=(
+        "how selected clients train: one after another, in parallel on Ray workers, or batched: together, "
+        "one vmapped step for all (plain-SGD algorithms; equal to sequential up to float rounding)"))
+    batch_clients: int = flag("--batch_clients", default=0, minimum=0,
+                              help="--executor batched: clients trained together per group (0 = all of the round's)")
+    ray_address: str = flag("--ray_address", default="",
+                            help="Ray cluster to join: 'auto' or host:port (default: empty, which starts a local Ray)")
+    workers: int = flag("--workers", default=2, minimum=1, help="Ray workers (actors)")
+    gpus_per_worker: float = flag("--gpus_per_worker", default=0.0, minimum=0, help="GPUs reserved per Ray worker")
+    ray_timeout: float = flag("--ray_timeout", default=600.0, minimum=0, help=(
+        "seconds to wait for the next client back from the Ray workers before the run stops (results so far "
+        "kept); 0 waits forever"))
+    threads: int = flag("--threads", default=0, minimum=0, help=(
+        "torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else the cores); results are "
+        "bit-identical only for the same count"))
+    # PFLlib's shared algorithm hyper-parameters (-bt, -lam, -mu ...), then FedLAG's --lag_* flags.
+    algorithm_flags: AlgorithmFlags = nested(AlgorithmFlags)
+    lag: LagSettings = nested(LagSettings)
+
+    @classmethod
+    def from_namespace(cls, namespace) -> "RunConfig":
+        """From argparse's namespace of the flags (``--lag_warmup``'s default is filled in here)."""
+        return cls(**read_namespace(cls, namespace),
+                   algorithm_flags=AlgorithmFlags(**read_namespace(AlgorithmFlags, namespace)),
+                   lag=LagSettings.from_args(namespace))
+
+    def flags(self) -> Dict[str, object]:
+        """``{dest: value}`` of every flag, in command-line order: the run's record (see the module docstring)."""
+        return flag_values(self)
+
+    def for_run(self, run: int) -> "RunConfig":
+        """The config of run ``run`` of ``-pv .. -t-1``: seeded with ``--seed + run``."""
+        return dataclasses.replace(self, seed=self.seed + run)
+
+    def problems(self) -> List[str]:
+        """Every value no run can use, each naming its flag. The chosen algorithm's own bounds on the shared
+        hyper-parameters are its hyper-parameter dataclass's to check; here they need only be finite."""
+        problems = field_problems(self) + field_problems(self.algorithm_flags) + self.lag.problems(self.global_rounds)
+        if not 0 <= self.prev < self.times:
+            problems.append(f"-pv/--prev must be in [0, -t), got {self.prev} with -t {self.times}")
+        gamma = self.learning_rate_decay_gamma
+        if self.learning_rate_decay and math.isfinite(gamma) and gamma <= 0:  # a NaN is refused above
+            problems.append(f"-ldg/--learning_rate_decay_gamma must be > 0 with -ld (each local training "
+                            f"multiplies the learning rate by it), got {gamma}")
+        return problems
