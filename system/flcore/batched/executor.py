@@ -39,7 +39,7 @@ class BatchedExecutor:
         self.server = server
         self.batch_clients = max(int(batch_clients or 0), 0)
         client_class = type(server.clients[0]) if server.clients else server.client_class
-        problem = client_problem(client_class, server.algorithm) or model_problem(server.args.model)
+        problem = client_problem(client_class, server.algorithm) or model_problem(server.config.model)
         if problem:
             raise _config_error(problem)
         lag = getattr(server, "lag", None)
