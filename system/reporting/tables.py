@@ -174,8 +174,8 @@ def models_note(groups: Sequence[Group]) -> str:
 def shown_statistics(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> Tuple[Statistic, ...]:
     """The statistics a report shows: every standard one, and each optional one (``--val_ratio``,
     ``--eval_after_training``) that some cell has a value for."""
-    present = [s for s in OPTIONAL_STATISTICS
-               if any(not np.isnan(g.stats(last_k)[f"{s.name}_mean"]) for g in groups)]
+    stats = [g.stats(last_k) for g in groups]  # each recomputes every run's summary: once per group
+    present = [s for s in OPTIONAL_STATISTICS if any(not np.isnan(g[f"{s.name}_mean"]) for g in stats)]
     return STATISTICS + tuple(present)
 
 

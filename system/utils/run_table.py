@@ -66,7 +66,7 @@ def write_run_csv(h5_path: Path, arrays: Mapping[str, np.ndarray], attrs: Mappin
     text = io.StringIO()
     config = attrs.get("config", {})
     text.write(f"# config: {json.dumps(config, sort_keys=True, default=str)}\n")
-    text.write(f"# git_revision: {attrs.get('git_revision', git_revision())}\n")
+    text.write(f"# git_revision: {attrs.get('git_revision') or git_revision()}\n")
     text.write(f"# torch: {config.get('torch_version', '?') if isinstance(config, dict) else '?'}\n")
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(list(columns))

@@ -9,7 +9,7 @@ together (they come from the flags).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,17 @@ def _params(module, prefix: str) -> Tensors:
 
 def _buffers(module, prefix: str) -> Tensors:
     return {prefix + name: b.detach() for name, b in module.named_buffers()}
+
+
+def _teacher(module, name: str) -> Tensors:
+    """A frozen model the loss runs (the received model, MOON's previous base): its parameters under
+    ``name.`` and its buffers under ``name_buffer.``, as :func:`_teacher_state` reads them back."""
+    return {**_params(module, f"{name}."), **_buffers(module, f"{name}_buffer.")}
+
+
+def _teacher_state(extras: Tensors, name: str) -> Tuple[Tensors, Tensors]:
+    """(parameters, buffers) of the frozen model :func:`_teacher` put into ``extras`` under ``name``."""
+    return part_of(extras, f"{name}."), part_of(extras, f"{name}_buffer.")
 
 
 def squared_distance(params: Tensors, anchor: Tensors, names: List[str]) -> torch.Tensor:
@@ -119,7 +130,7 @@ class NotTrueDistillation(CrossEntropy):
     def extras(self, client) -> Tensors:
         if self.beta == 0:
             return {}
-        return {**_params(client.received_model, "received."), **_buffers(client.received_model, "received_buffer.")}
+        return _teacher(client.received_model, "received")
 
     def __call__(self, params, buffers, extras, x, y):
         logits = self.net.run(x, params, buffers)
@@ -127,8 +138,7 @@ class NotTrueDistillation(CrossEntropy):
         if self.beta == 0:
             return loss
         with torch.no_grad():
-            teacher = self.net.run(x, part_of(extras, "received."), part_of(extras, "received_buffer."),
-                                   training=False)
+            teacher = self.net.run(x, *_teacher_state(extras, "received"), training=False)
         local = F.log_softmax(not_true_logits(logits, y) / self.tau, dim=1)
         target = F.softmax(not_true_logits(teacher, y) / self.tau, dim=1)
         return loss + self.beta * (self.tau ** 2 * F.kl_div(local, target, reduction="batchmean"))
@@ -147,8 +157,7 @@ class ModelContrastive(CrossEntropy):
         if self.mu == 0:
             return {}
         received = client.received_model.base
-        return {**_params(received, "received."), **_buffers(received, "received_buffer."),
-                **_params(client.previous_base, "previous."), **_buffers(client.previous_base, "previous_buffer.")}
+        return {**_teacher(received, "received"), **_teacher(client.previous_base, "previous")}
 
     def __call__(self, params, buffers, extras, x, y):
         run = self.net.run
@@ -157,10 +166,8 @@ class ModelContrastive(CrossEntropy):
         if self.mu == 0:
             return loss
         with torch.no_grad():
-            z_global = run(x, part_of(extras, "received."), part_of(extras, "received_buffer."), part="base",
-                           training=False)
-            z_previous = run(x, part_of(extras, "previous."), part_of(extras, "previous_buffer."), part="base",
-                             training=False)
+            z_global = run(x, *_teacher_state(extras, "received"), part="base", training=False)
+            z_previous = run(x, *_teacher_state(extras, "previous"), part="base", training=False)
         return loss + self.mu * model_contrastive_loss(z, z_global, z_previous, self.tau)
 
 
