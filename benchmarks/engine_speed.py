@@ -4,6 +4,11 @@ clients), and optionally on Ray workers.
     python benchmarks/engine_speed.py --quick                 # Digits, DNN and CNN, 20 clients: a CPU check
     python benchmarks/engine_speed.py --device cuda           # MNIST/CNN 20 clients, CIFAR-10/ResNet9 20 and 100
     python benchmarks/engine_speed.py --device cuda --batch_clients 0 25 --rounds 4 --ray
+    python benchmarks/engine_speed.py --quick --batch_clients 20 5  # CPU: time the engine itself
+
+On a CPU, ``--batch_clients 0`` trains a convolutional model one client at a time (the executor's
+automatic choice there, see ``flcore/batched/executor.py``), so it times the sequential path; give a
+number to time the batched engine on a CPU. ``benchmarks/engine_step.py`` times one step per model.
 
 Settings (FedAvg, Dirichlet 0.1, PFLlib's local training: batch 10, lr 0.005, one epoch, every client
 every round): MNIST (70,000 images) with ``-m CNN`` and 20 clients; the CIFAR-10 subset (20,000 images)
@@ -132,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.add_argument("--threads", type=int, default=1,
                      help="torch intra-op threads (0 = torch's default); 1 on a shared CPU")
     cli.add_argument("--batch_clients", type=int, nargs="+", default=[0],
-                     help="--batch_clients values to time (0 = all clients of a round in one group)")
+                     help="--batch_clients values to time (0 = the automatic choice: all clients of a round in "
+                          "one group, but one at a time for a convolutional model on a CPU)")
     cli.add_argument("--ray", action="store_true", help="also time --executor ray (needs Ray)")
     cli.add_argument("--workers", type=int, default=4, help="Ray workers with --ray")
     cli.add_argument("--only", nargs="+", type=int, help="indices of the settings to run (default: all)")
@@ -158,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for executor, batch in runs:
                 per_round, training, accuracy, device = run_one(setting, executor, opts, Path(folder), batch)
                 base = base or per_round
-                group = ("all" if batch == 0 else str(batch)) if executor == "batched" else \
+                group = ("auto" if batch == 0 else str(batch)) if executor == "batched" else \
                     (f"{opts.workers} workers" if executor == "ray" else "1")
                 rows.append((setting.label, executor, group, per_round, training, base / per_round, accuracy))
                 print(f"{setting.label} | {executor} ({group}) | {per_round:.3f} s/round | train {training:.3f} s "

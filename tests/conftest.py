@@ -16,6 +16,7 @@ TEST_THREADS = 1
 torch.set_num_threads(TEST_THREADS)
 
 from dataset.utils.generate import PartitionOptions, build_dataset
+from flcore.aggregation import named_tensors
 from flcore.runner import build_server, hyperparameters, prepare
 from utils.options import parse_args
 
@@ -110,6 +111,36 @@ def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str
     info = dataset_info(config.dataset, config.num_clients, config.data_dir)
     model = build_model(config.model, info.input_shape, config.num_classes)
     return server_class(config, hyperparameters(config), 0, split_head(model) if head_split else model, info)
+
+
+# Flags some methods need to run at all (their defaults are refused or diverge on these tiny runs).
+# pFedMe's -K and FedALA's -s only keep the runs cheap.
+METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2"), "PerAvg": ("-bt", "0.05"), "FedCAC": ("-bt", "1"),
+                "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"), "FedBABU": ("-fte", "1"),
+                "FedALA": ("-s", "20")}
+
+
+def method_flags(name: str) -> tuple:
+    return METHOD_FLAGS.get(name.removesuffix("+LAG"), ())
+
+
+def upload_current_state(server, clients=None) -> None:
+    """Keep, as ``train_clients`` would, the update each client would send in its current state (for
+    tests that set a client's state by hand before ``receive_models``)."""
+    clients = server.selected_clients if clients is None else clients
+    server.trained_updates = {c.id: c.upload() for c in clients}
+
+
+def uploads_are(server, part) -> bool:
+    """Whether every upload holds exactly ``part(client)``'s tensors, as views of the uploader's own."""
+    by_id = {c.id: c for c in server.clients}
+    for update in server.uploads:
+        own = named_tensors(part(by_id[update.client_id]))
+        if set(update.tensors) != set(own):
+            return False
+        if any(t.data_ptr() != own[n].data_ptr() for n, t in update.tensors.items()):
+            return False
+    return bool(server.uploads)
 
 
 def play_round(server):

@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
-from conftest import server_for
+from flcore.aggregation import copy_into, sample_weights, weighted_average
+from conftest import server_for, upload_current_state, uploads_are
 
 
 def test_weighted_average_matches_hand_computation():
@@ -42,12 +42,12 @@ def test_fedavg_server_averages_uploads_by_train_samples(data_dir, tmp_path):
         with torch.no_grad():
             for p in client.model.parameters():
                 p.fill_(value)
+    upload_current_state(server)
     server.receive_models()
     server.aggregate_parameters()
     n0, n1 = (c.train_samples for c in server.selected_clients)
     expected = (1.0 * n0 + 4.0 * n1) / (n0 + n1)
     for name, p in server.global_model.named_parameters():
         assert torch.allclose(p, torch.full_like(p, expected)), name
-    assert server.uploaded_ids == [c.id for c in server.selected_clients]
-    assert named_tensors(server.uploaded_models[0])["base.fc1.0.weight"] is \
-        server.clients[0].model.base.fc1[0].weight  # live references, as PFLlib's contract says
+    assert server.uploader_ids() == [c.id for c in server.selected_clients]
+    assert uploads_are(server, lambda c: c.model)  # views of the clients' tensors: no copy per upload

@@ -109,11 +109,24 @@ def test_batched_equals_sequential(algorithm, flags, data_dir, tmp_path):
 @pytest.mark.parametrize("flags", [("-algo", "FedAvg"), ("-algo", "FedLAG", "--lag_signal", "last_batch"),
                                    ("-algo", "MOON", "-mu", "1")], ids=["FedAvg", "FedLAG-last_batch", "MOON"])
 def test_batched_equals_sequential_on_the_cnn(flags, data_dir, tmp_path):
-    """FedAvgCNN: vmapped convolutions; FedLAG's last_batch signal reads the .grad the engine fills."""
-    runs = train_both(data_dir, tmp_path, *flags, "-m", "CNN")
+    """FedAvgCNN: vmapped convolutions (forced: on a CPU the automatic choice trains a convolutional model
+    one client at a time); FedLAG's last_batch signal reads the .grad the engine fills."""
+    runs = train_both(data_dir, tmp_path, *flags, "-m", "CNN", "--batch_clients", "3")
     assert_same_training(runs)
     if "last_batch" in flags:
         assert all(p.grad is not None for c in runs["batched"][0].selected_clients for p in c.model.parameters())
+
+
+def test_on_a_cpu_a_convolutional_model_trains_one_client_at_a_time_unless_forced(data_dir, tmp_path, capsys):
+    from flcore.batched.executor import BatchedExecutor
+    runs = train_both(data_dir, tmp_path, "-algo", "FedAvg", "-m", "CNN")
+    assert "trains this convolutional model one client at a time" in capsys.readouterr().out
+    (_, sequential), (_, batched) = runs["sequential"], runs["batched"]
+    for name in set(sequential) - {"rs_round_time"}:  # the sequential path itself: bit for bit
+        assert np.asarray(sequential[name]).tobytes() == np.asarray(batched[name]).tobytes(), name
+    cnn = runs["batched"][0]
+    assert not BatchedExecutor(cnn, batch_clients=3).one_at_a_time
+    assert not BatchedExecutor(server_for(data_dir, tmp_path / "dnn", "--executor", "batched")).one_at_a_time
 
 
 def test_ragged_epochs_small_clients_groups_and_decay(data_dir, tmp_path):
@@ -180,7 +193,7 @@ def test_resnet9_batch_statistics_per_client(rgb_dir, tmp_path):
     sequential = [c.get_state() for c in server.clients]
     for client, state in zip(server.clients, start):
         client.set_state(state)
-    BatchedExecutor(server).train(server.clients)
+    BatchedExecutor(server, batch_clients=4).train(server.clients)
     assert sorted(len(c.train_data) for c in server.clients)[0] < 10  # ragged: 1 to 3 batches
     for client, expected in zip(server.clients, sequential):
         assert_close(expected, client.get_state(), f"client {client.id}")  # generator state included

@@ -6,28 +6,73 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.executors import merge_trained, without_data
+from flcore.executors import train_detached, without_data
+from flcore.registry import valid_names
+from flcore.servers import serverbase
 from utils.result_utils import read_results
-from conftest import server_for, state_equal
+from conftest import method_flags, server_for, state_equal
 
 TIMING = {"rs_round_time"}
 
 
-def test_merge_keeps_the_servers_objects_and_takes_the_trained_values(data_dir, tmp_path):
+def test_a_client_trained_elsewhere_comes_back_by_its_state_and_its_update(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD")
     client = server.clients[0]
     model, optimizer = client.model, client.optimizer
     shipped = copy.deepcopy(without_data(client))
     assert shipped.train_data is None and client.train_data is not None
     shipped.train_data, shipped.test_data = client.train_data, client.test_data
-    shipped.train()
-    merge_trained(client, without_data(shipped))
+    state, update = train_detached(shipped, keep_gradients=False)
+    client.set_state(state)
     assert client.model is model and client.optimizer is optimizer  # live references stay valid
     assert client.optimizer.param_groups[0]["params"][0] is next(client.model.parameters())
     assert state_equal(named_tensors(client.model), named_tensors(shipped.model))
     assert torch.equal(client.generator.get_state(), shipped.generator.get_state())
-    assert all(p.grad is not None for p in client.model.parameters())
+    assert state_equal(client.control_delta, shipped.control_delta)
+    # The update is the trained shared tensors and the control delta; gradients stay behind unless asked.
+    assert update.client_id == 0 and update.num_samples == client.train_samples and update.gradients == {}
+    assert state_equal(update.tensors, named_tensors(client.model))
+    assert state_equal(update.extras["control_delta"], client.control_delta)
     assert client.train_data is not None  # the server's copy keeps its data
+    assert train_detached(copy.deepcopy(shipped), keep_gradients=True)[1].gradients
+
+
+class TrainedElsewhere:
+    """Trains a copy of each client, as a Ray worker does, and brings back only its state and its update."""
+
+    def train(self, clients):
+        results = []
+        for client in clients:
+            copied = copy.deepcopy(without_data(client))
+            copied.train_data, copied.test_data = client.train_data, client.test_data
+            results.append(train_detached(copied, keep_gradients=True))
+        for client, (state, _) in zip(clients, results):
+            client.set_state(state)
+        return [update for _, update in results]
+
+    def close(self):
+        pass
+
+
+ELSEWHERE = [name for name in valid_names() if not name.endswith("+LAG")] + ["FedRep+LAG", "FedAS+LAG"]
+
+
+@pytest.mark.parametrize("name", ELSEWHERE)
+def test_every_algorithm_trained_elsewhere_equals_sequential(name, data_dir, tmp_path, monkeypatch):
+    """The contract every executor relies on: a client's declared state and its update carry everything
+    the server reads after training (aggregation, per-round records, evaluation after training)."""
+    flags = ("-algo", name, "-nc", "4", "-jr", "0.5", "-gr", "1", "--eval_after_training", *method_flags(name))
+    sequential = server_for(data_dir, tmp_path / "sequential", *flags)
+    sequential.train()
+    monkeypatch.setattr(serverbase, "make_executor", lambda server, config: TrainedElsewhere())
+    elsewhere = server_for(data_dir, tmp_path / "elsewhere", *flags)
+    elsewhere.train()
+    expected, found = (read_results(s.results_file())[0] for s in (sequential, elsewhere))
+    assert set(found) == set(expected)
+    for array in set(expected) - TIMING:
+        a, b = found[array], expected[array]
+        same = a.tolist() == b.tolist() if a.dtype == object else np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+        assert same, array
 
 
 @pytest.mark.parametrize("algorithm", ["FedAvg", "FedLAG", "SCAFFOLD"])

@@ -11,7 +11,7 @@ from flcore.clients.clientas import ALIGNMENT_LR, fisher_trace, prototype_alignm
 from flcore.servers.serveras import fisher_weights
 from flcore.training.classfeatures import class_feature_stats
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients
+from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients, upload_current_state
 
 
 def trained_round(data_dir, tmp_path, *extra):
@@ -47,13 +47,14 @@ def test_fisher_weights_are_normalised_traces_and_undefined_ones_are_refused():
 
 def test_bodies_are_averaged_with_fisher_weights(data_dir, tmp_path):
     server = trained_round(data_dir, tmp_path, "-jr", "0.5")
-    uploaders = [c for c in server.clients if c.id in server.uploaded_ids]
+    uploaders = [c for c in server.clients if c.id in server.uploader_ids()]
     assert all(np.isfinite(c.fisher_trace) and c.fisher_trace > 0 for c in uploaders)
     for client, trace in zip(uploaders, (1.0, 2.0, 5.0)):
         client.fisher_trace = trace
+    upload_current_state(server, uploaders)
     server.receive_models()
-    assert server.uploaded_weights == pytest.approx([0.125, 0.25, 0.625])
-    assert server.history["rs_fisher_trace"][-1][server.uploaded_ids].tolist() == [1.0, 2.0, 5.0]
+    assert server.upload_weights == pytest.approx([0.125, 0.25, 0.625])
+    assert server.history["rs_fisher_trace"][-1][server.uploader_ids()].tolist() == [1.0, 2.0, 5.0]
     server.aggregate_parameters()
     for name, value in named_tensors(server.global_model.base).items():
         expected = sum(w * named_tensors(c.model.base)[name] for w, c in zip((0.125, 0.25, 0.625), uploaders))
@@ -63,13 +64,14 @@ def test_bodies_are_averaged_with_fisher_weights(data_dir, tmp_path):
 @pytest.mark.parametrize("traces", [(1.0, float("nan"), 2.0), (0.0, 0.0, 0.0)])
 def test_undefined_fisher_traces_fall_back_to_sample_weights(data_dir, tmp_path, traces):
     server = trained_round(data_dir, tmp_path, "-jr", "0.5")
-    uploaders = [c for c in server.clients if c.id in server.uploaded_ids]
+    uploaders = [c for c in server.clients if c.id in server.uploader_ids()]
     for client, trace in zip(uploaders, traces):
         client.fisher_trace = trace
+    upload_current_state(server, uploaders)
     with pytest.warns(UserWarning, match="sample weights"):
         server.receive_models()
     total = sum(c.train_samples for c in uploaders)
-    assert server.uploaded_weights == pytest.approx([c.train_samples / total for c in uploaders])
+    assert server.upload_weights == pytest.approx([c.train_samples / total for c in uploaders])
     assert server.history["rs_fisher_fallback"][-1] is True
     server.aggregate_parameters()
     assert all(torch.isfinite(t).all() for t in named_tensors(server.global_model).values())

@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are
 
 
 def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(data_dir, tmp_path):
@@ -17,8 +17,7 @@ def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(d
     initial_head = {n[len("head."):]: t for n, t in initial.items() if n.startswith("head.")}
     for _ in range(2):
         play_round(server)
-    by_id = {c.id: c for c in server.clients}
-    assert all(m is by_id[i].model.base for i, m in zip(server.uploaded_ids, server.uploaded_models))
+    assert uploads_are(server, lambda c: c.model.base)
     for client in server.clients:
         assert state_equal(named_tensors(client.model.head), initial_head), f"client {client.id} head moved"
         assert not any(p.requires_grad for p in client.model.head.parameters())
@@ -37,7 +36,7 @@ def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(d
 def test_fine_tuning_starts_from_the_final_global_body(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedBABU", "-jr", "0.5", "-fte", "0")
     play_round(server)
-    trained = [c for c in server.clients if c.id in server.uploaded_ids]
+    trained = [c for c in server.clients if c.id in server.uploader_ids()]
     assert not state_equal(named_tensors(trained[0].model.base), named_tensors(server.global_model.base))
     server.finish()  # zero epochs: what is evaluated is exactly what each client received
     for client in server.clients:

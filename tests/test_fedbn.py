@@ -40,10 +40,11 @@ def test_norm_tensors_are_never_averaged_nor_broadcast_while_the_rest_is(data_di
     global_state = named_tensors(server.global_model)
     assert state_equal(global_state, initial, local), "the server changed a normalisation tensor"
     by_id = {c.id: c for c in server.clients}
-    uploads = [named_tensors(by_id[i].model) for i in server.uploaded_ids]
+    assert all(not any("stem.1" in n for n in u.tensors) for u in server.uploads)  # norms are not uploaded
+    uploads = [named_tensors(by_id[i].model) for i in server.uploader_ids()]
     assert not torch.equal(uploads[0]["stem.1.running_mean"], uploads[1]["stem.1.running_mean"])
-    total = sum(by_id[i].train_samples for i in server.uploaded_ids)
-    weights = [by_id[i].train_samples / total for i in server.uploaded_ids]
+    total = sum(by_id[i].train_samples for i in server.uploader_ids())
+    weights = [by_id[i].train_samples / total for i in server.uploader_ids()]
     for name in ("stem.0.weight", "layers.1.0.conv2.weight", "fc.weight", "fc.bias"):
         expected = sum(w * u[name] for w, u in zip(weights, uploads))
         assert torch.allclose(global_state[name], expected, atol=1e-6), name

@@ -102,9 +102,11 @@ def test_training_does_not_depend_on_client_order_or_the_global_generator(data_d
     second = server_for(data_dir, tmp_path, "-algo", "FedCP")
     second.selected_clients = second.select_clients()
     second.send_models()
+    updates = {}
     for client in reversed(second.selected_clients):
         torch.rand(3)
-        client.train()
+        updates[client.id] = client.train()
+    second.trained_updates = {c.id: updates[c.id] for c in second.selected_clients}
     second.receive_models()
     second.aggregate_parameters()
     assert state_equal(named_tensors(first.global_model), named_tensors(second.global_model))

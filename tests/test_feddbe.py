@@ -14,12 +14,12 @@ def test_bias_is_personal_and_enters_the_prediction(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5")
     play_round(server)
     trained = {c.id for c in server.selected_clients}
-    bias_params = {id(c.feature_bias.bias) for c in server.clients}
     for client in server.clients:
         assert bool(client.feature_bias.bias.abs().sum() > 0) == (client.id in trained), client.id
         assert id(client.feature_bias.bias) not in {id(p) for p in client.model.parameters()}
-    for upload in server.uploaded_models:
-        assert not bias_params & {id(p) for p in upload.parameters()}
+    bias_storage = {c.feature_bias.bias.data_ptr() for c in server.clients}
+    for upload in server.uploads:
+        assert not bias_storage & {t.data_ptr() for t in upload.tensors.values()}
 
     kept = {c.id: c.feature_bias.bias.detach().clone() for c in server.clients}
     server.send_models()

@@ -20,7 +20,7 @@ def test_server_step_matches_the_paper_update_over_two_rounds(data_dir, tmp_path
         previous = {n: p.detach().clone() for n, p in server.global_model.named_parameters()}
         server.train_clients(server.selected_clients)
         server.receive_models()
-        uploads = [dict(m.named_parameters()) for m in server.uploaded_models]
+        uploads = [u.tensors for u in server.uploads]
         assert len(uploads) == 3
         server.aggregate_parameters()
         for name, param in server.global_model.named_parameters():
@@ -56,7 +56,7 @@ def test_client_regulariser_and_gradient_state_follow_the_paper(data_dir, tmp_pa
     assert torch.allclose(client.dynamic_regulariser().detach(), expected, atol=1e-5)
 
     # After real local training: g <- g - alpha * (w_after - w_start).
-    client.set_parameters(server.global_model)
+    client.set_parameters(server.broadcast())
     g_before = copy.deepcopy(client.previous_gradient)
     start = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     client.train()

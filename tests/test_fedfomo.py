@@ -83,7 +83,7 @@ def test_server_sends_the_top_m_by_affinity_and_adds_the_raw_weights_to_it(data_
     server.stored_models[2] = copy.deepcopy(named_tensors(server.clients[2].model))
     affinity = server.affinity.copy()
     play_round(server)
-    for client_id in server.uploaded_ids:
+    for client_id in server.uploader_ids():
         weights = server.clients[client_id].download_weights
         assert len(weights) == 2 and client_id not in weights
         for j, w in weights.items():

@@ -47,7 +47,7 @@ def test_server_trains_the_head_on_prototypes_only_and_every_client_receives_exa
     server.send_models()
     server.train_clients(server.selected_clients)
     server.receive_models()
-    assert server.uploaded_models == []
+    assert [u.client_id for u in server.uploads] == [c.id for c in server.selected_clients]
     # The uploads are each client's class means under its trained body.
     for client, (prototypes, counts) in zip(server.selected_clients, server.uploaded_prototypes):
         with torch.no_grad():

@@ -105,7 +105,7 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
     server.receive_models()
     heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
     server.aggregate_parameters()
-    uploaders = [c for c in server.clients if c.id in server.uploaded_ids]
+    uploaders = [c for c in server.clients if c.id in server.uploader_ids()]
     assert len(uploaders) == 3
     # Global prototypes: per class, sample-count-weighted mean of the uploaded prototypes.
     for k in range(server.num_classes):
@@ -125,7 +125,7 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
             expected = sum(weights[i, j] * heads[other.id][name] for j, other in enumerate(uploaders))
             assert torch.allclose(value, expected, atol=1e-6), (client.id, name)
     for client in server.clients:
-        if client.id not in server.uploaded_ids:
+        if client.id not in server.uploader_ids():
             assert state_equal(named_tensors(client.model.head), heads[client.id])
     # Broadcast: every client gets the averaged body and the prototypes; heads stay put.
     heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
@@ -158,4 +158,4 @@ def test_short_run_records_accuracy_and_the_weight_of_each_own_head(data_dir, tm
     own = arrays["rs_head_own_weight"]
     assert own.shape == (2, 6) and (np.isfinite(own).sum(axis=1) == 3).all()
     assert np.all((own[np.isfinite(own)] >= 0) & (own[np.isfinite(own)] <= 1))
-    assert np.allclose(own[-1][server.uploaded_ids], np.diag(server.head_weights))
+    assert np.allclose(own[-1][server.uploader_ids()], np.diag(server.head_weights))

@@ -6,13 +6,13 @@ import torch
 
 from flcore.aggregation import named_tensors
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal
+from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, uploads_are
 
 
 def hand_average(server, part):
     """sum_i n_i / sum(n) * part(client_i) over the uploading clients, written out."""
     by_id = {c.id: c for c in server.clients}
-    uploads = [by_id[i] for i in server.uploaded_ids]
+    uploads = [by_id[i] for i in server.uploader_ids()]
     total = sum(c.train_samples for c in uploads)
     return {name: sum(dict(part(c).named_parameters())[name].detach() * (c.train_samples / total) for c in uploads)
             for name, _ in part(uploads[0]).named_parameters()}
@@ -23,11 +23,11 @@ def test_base_is_averaged_and_every_head_stays_personal(data_dir, tmp_path):
     initial_head = copy.deepcopy(named_tensors(server.global_model.head))
     play_round(server)
     by_id = {c.id: c for c in server.clients}
-    assert all(m is by_id[i].model.base for i, m in zip(server.uploaded_ids, server.uploaded_models))
+    assert uploads_are(server, lambda c: c.model.base)
     for name, expected in hand_average(server, lambda c: c.model.base).items():
         assert torch.allclose(dict(server.global_model.base.named_parameters())[name], expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.head), initial_head)
-    trained = [by_id[i] for i in server.uploaded_ids]
+    trained = [by_id[i] for i in server.uploader_ids()]
     assert not torch.equal(trained[0].model.head.weight, trained[1].model.head.weight)
 
     perturb_all_clients(server)

@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.servers.serverbase import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are
 
 
 def snapshot(module):
@@ -78,12 +78,12 @@ def test_server_averages_uploaded_bases_and_resets_uploads_every_round(data_dir,
     by_id = {c.id: c for c in server.clients}
     for _ in range(2):
         play_round(server)
-        assert server.uploaded_ids == [c.id for c in server.selected_clients]  # PFLlib kept appending
-        assert all(m is by_id[i].model.base for i, m in zip(server.uploaded_ids, server.uploaded_models))
-        total = sum(by_id[i].train_samples for i in server.uploaded_ids)
+        assert server.uploader_ids() == [c.id for c in server.selected_clients]  # PFLlib kept appending
+        assert uploads_are(server, lambda c: c.model.base)
+        total = sum(by_id[i].train_samples for i in server.uploader_ids())
         for name, value in server.global_model.base.named_parameters():
             expected = sum(dict(by_id[i].model.base.named_parameters())[name] * (by_id[i].train_samples / total)
-                           for i in server.uploaded_ids)
+                           for i in server.uploader_ids())
             assert torch.allclose(value, expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.head), initial_head)
 
@@ -92,7 +92,7 @@ def test_a_round_without_uploads_leaves_the_global_base_alone(data_dir, tmp_path
     server = server_for(data_dir, tmp_path, "-algo", "FedRep", "-jr", "0.2", "-cdr", "0.5")
     before = snapshot(server.global_model)
     play_round(server)  # one client selected, int(0.5 * 1) = 0 kept
-    assert server.uploaded_ids == [] and server.uploaded_models == []
+    assert server.uploads == [] and server.upload_weights == []
     assert state_equal(named_tensors(server.global_model), before)
 
 

@@ -55,8 +55,9 @@ def test_personal_head_never_reaches_the_server_and_is_used_in_evaluation(data_d
     personal_params = {id(p) for c in server.clients for p in c.personal_head.parameters()}
     for client in server.clients:
         assert not personal_params & {id(p) for p in client.model.parameters()}
-    for upload in server.uploaded_models:
-        assert not personal_params & {id(p) for p in upload.parameters()}
+    personal_storage = {p.data_ptr() for c in server.clients for p in c.personal_head.parameters()}
+    for upload in server.uploads:
+        assert not personal_storage & {t.data_ptr() for t in upload.tensors.values()}
     trained = {c.id for c in server.selected_clients}
     for client in server.clients:
         unchanged = state_equal(named_tensors(client.personal_head), initial[client.id])

@@ -6,7 +6,7 @@ import torch
 
 from flcore.aggregation import named_tensors
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal
+from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, uploads_are
 
 
 def test_head_is_averaged_and_every_base_stays_personal(data_dir, tmp_path):
@@ -14,14 +14,14 @@ def test_head_is_averaged_and_every_base_stays_personal(data_dir, tmp_path):
     initial_base = copy.deepcopy(named_tensors(server.global_model.base))
     play_round(server)
     by_id = {c.id: c for c in server.clients}
-    assert all(m is by_id[i].model.head for i, m in zip(server.uploaded_ids, server.uploaded_models))
-    total = sum(by_id[i].train_samples for i in server.uploaded_ids)
+    assert uploads_are(server, lambda c: c.model.head)
+    total = sum(by_id[i].train_samples for i in server.uploader_ids())
     for name, value in server.global_model.head.named_parameters():
         expected = sum(dict(by_id[i].model.head.named_parameters())[name] * (by_id[i].train_samples / total)
-                       for i in server.uploaded_ids)
+                       for i in server.uploader_ids())
         assert torch.allclose(value, expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.base), initial_base)
-    trained = [by_id[i] for i in server.uploaded_ids]
+    trained = [by_id[i] for i in server.uploader_ids()]
     assert not state_equal(named_tensors(trained[0].model.base), named_tensors(trained[1].model.base))
 
     perturb_all_clients(server)

@@ -17,18 +17,7 @@ from flcore.training.classvectors import ClassVectors
 from flcore.runner import build_server, hyperparameters, prepare
 from utils.options import parse_args
 from utils.result_utils import read_results
-from conftest import cli, server_for, state_equal
-
-# Flags some methods need to run at all (their defaults are refused or diverge on these tiny runs).
-# pFedMe's -K and FedALA's -s only keep the runs cheap.
-METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2"), "PerAvg": ("-bt", "0.05"), "FedCAC": ("-bt", "1"),
-                "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"), "FedBABU": ("-fte", "1"),
-                "FedALA": ("-s", "20")}
-
-
-def method_flags(name: str) -> tuple:
-    return METHOD_FLAGS.get(name.removesuffix("+LAG"), ())
-
+from conftest import cli, method_flags, server_for, state_equal
 
 def snapshot(module: torch.nn.Module) -> dict:
     return {n: t.detach().clone() for n, t in named_tensors(module).items()}

@@ -55,7 +55,7 @@ def test_server_step_uses_the_mean_model_delta_and_the_control_deltas_over_all_c
         c = copy.deepcopy(server.control)
         server.train_clients(server.selected_clients)
         server.receive_models()
-        uploads = [{n: p.detach().clone() for n, p in m.named_parameters()} for m in server.uploaded_models]
+        uploads = [{n: t.clone() for n, t in u.tensors.items()} for u in server.uploads]
         deltas = copy.deepcopy(server.uploaded_control_deltas)
         assert len(uploads) == 3
         server.aggregate_parameters()

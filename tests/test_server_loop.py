@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.servers.serverbase import RunError
 from utils.result_utils import read_results
-from conftest import server_for, state_equal
+from conftest import server_for, state_equal, upload_current_state
 
 
 def test_send_overwrites_every_client_selected_or_not(data_dir, tmp_path):
@@ -46,10 +46,11 @@ def test_join_ratio_and_random_join_ratio_counts(data_dir, tmp_path):
 def test_client_drop_rate_uploads_a_subset_of_the_trained(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-cdr", "0.5")
     server.selected_clients = server.select_clients()
+    upload_current_state(server)
     server.receive_models()
-    assert len(server.uploaded_ids) == 3
-    assert set(server.uploaded_ids) <= {c.id for c in server.selected_clients}
-    assert np.isclose(sum(server.uploaded_weights), 1.0)
+    assert len(server.uploads) == 3
+    assert set(server.uploader_ids()) <= {c.id for c in server.selected_clients}
+    assert np.isclose(sum(server.upload_weights), 1.0)
 
 
 def test_local_never_exchanges_parameters(data_dir, tmp_path):

@@ -72,13 +72,13 @@ def _dump(context: Context, client, rnd: int, phase: str) -> None:
 def train(msg: Message, context: Context) -> Message:
     client, rnd = _prepare(msg, context)
     start = {name: p.detach().clone() for name, p in client.model.named_parameters()}
-    client.train()  # the project's local training loop, unchanged
-    update = {name: p.detach() - start[name] for name, p in client.model.named_parameters()}
+    update = client.train()  # the project's local training loop, unchanged, and its ClientUpdate
+    delta = {name: t - start[name] for name, t in update.tensors.items() if name in start}
     context.state[STATE_KEY] = ConfigRecord({"state": task.state_to_bytes(client.get_state())})
     _dump(context, client, rnd, "train")
-    metrics = MetricRecord({"num-examples": client.train_samples, "partition-id": client.id})
-    content = RecordDict({"arrays": task.to_record(client.model.state_dict()),
-                          "update": task.to_record(update), "metrics": metrics})
+    metrics = MetricRecord({"num-examples": update.num_samples, "partition-id": update.client_id})
+    content = RecordDict({"arrays": task.to_record(update.tensors),
+                          "update": task.to_record(delta), "metrics": metrics})
     return Message(content=content, reply_to=msg)
 
 

@@ -81,8 +81,10 @@ class LagName(str):
 class UpstreamCompat:
     """Sits between ``LayerConflictMixin`` and an upstream server class (``Mixin, UpstreamCompat, X``).
 
-    * After X's ``receive_models``, rebuilds ``uploaded_ids`` from the uploads (parameter identity), one id
-      per entry of ``uploaded_models``: upstream FedRep/FedPer never reset it, so it grows every round.
+    * After X's ``receive_models``, turns upstream's ``uploaded_ids`` / ``uploaded_models`` (PFLlib's
+      contract: modules of the clients' models) into the ``uploads`` the mixin scores (:class:`Upload`,
+      shaped like the project's ``ClientUpdate``), and rebuilds ``uploaded_ids`` from them, one id per
+      entry of ``uploaded_models``: upstream FedRep/FedPer never reset it, so it grows every round.
     * After X's ``save_results`` (``../results/<dataset>_<algorithm>_<goal>_<times>.h5``), adds the
       mixin's ``lag_*`` arrays and the settings (attribute ``lag``) to that file.
     * Gives the mixin its settings, from the ``--lag_*`` flags in upstream's ``args``.
@@ -96,10 +98,19 @@ class UpstreamCompat:
 
     def receive_models(self):
         super().receive_models()
-        owner = {id(p): client.id for client in self.clients for p in client.model.parameters()}
-        ids = [owner.get(id(next(module.parameters(), None))) for module in self.uploaded_models]
-        if None not in ids:  # otherwise they are copies: keep upstream's list
-            self.uploaded_ids = ids
+        owner_of = {id(p): c for c in self.clients for p in c.model.parameters()}
+        by_id = {c.id: c for c in self.clients}
+        self.uploads, live = [], True
+        for index, module in enumerate(self.uploaded_models):
+            owner = owner_of.get(id(next(module.parameters(), None)))
+            if owner is None:  # a copy, not the client's own module: upstream's id list says whose
+                owner, live = by_id[self.uploaded_ids[index]], False
+            self.uploads.append(Upload.of(owner, module))
+        if live:  # otherwise they are copies: keep upstream's list
+            self.uploaded_ids = [upload.client_id for upload in self.uploads]
+
+    def upload_needs_gradients(self) -> bool:
+        return False  # upstream clients leave their last gradients in .grad; Upload.of reads them
 
     def save_results(self):
         super().save_results()
@@ -121,6 +132,39 @@ class UpstreamCompat:
                     hf.create_dataset(key, data=value.cpu().numpy())
             hf.attrs["lag"] = json.dumps(dataclasses.asdict(self.lag))
         print(f"FedLAG: lag_* arrays added to {path}")
+
+
+class Upload:
+    """One upstream upload as the mixin reads it: ``tensors`` and last-minibatch ``gradients`` by their
+    names in the client's whole model (so ``full_name`` is the identity)."""
+    shared_path = ""
+
+    def __init__(self, client_id: int, tensors: dict, gradients: dict):
+        self.client_id, self.tensors, self.gradients = client_id, tensors, gradients
+
+    @staticmethod
+    def full_name(name: str) -> str:
+        return name
+
+    @classmethod
+    def of(cls, client, module) -> "Upload":
+        """``module`` (a sub-module of ``client.model``, or a copy of one) named against the whole model:
+        by parameter identity, else by the one parameter name it ends with."""
+        by_identity = {id(p): n for n, p in client.model.named_parameters()}
+        tensors, gradients = {}, {}
+        for name, param in module.named_parameters():
+            full = by_identity.get(id(param))
+            if full is None:
+                from flcore.lag import LagError
+                matches = [f for f in by_identity.values() if f == name or f.endswith("." + name)]
+                if len(matches) != 1:
+                    raise LagError(f"cannot tell which parameter of client {client.id}'s model the uploaded "
+                                   f"tensor {name!r} is (candidates: {matches or 'none'})")
+                full = matches[0]
+            tensors[full] = param.detach()
+            if param.grad is not None:
+                gradients[full] = param.grad.detach()
+        return cls(client.id, tensors, gradients)
 
 
 def compose(server_class: type) -> type:

@@ -1,23 +1,23 @@
 """How the selected clients of a round are trained: one after another, or on a pool of Ray workers.
 
-The server owns every client's state between rounds. An executor only runs ``client.train()``
-somewhere and brings the trained state back into the server's client object, in place (so live
-references such as ``uploaded_models`` and optimiser parameter lists stay valid). A client's training
-depends only on its own state (model, optimiser, generator, algorithm attributes) and its data, so
-results do not depend on the executor or on the number of workers - provided every worker uses as
-many intra-op threads as the driver (float reductions differ between 1 and 2 threads), which the Ray
-executor enforces.
+Every executor returns one :class:`~flcore.exchange.ClientUpdate` per client, in the clients' order:
+that value is all the server aggregates. The server also owns every client's state between rounds,
+so an executor that trains a copy elsewhere brings the trained state back with the client's own
+:meth:`~flcore.clients.clientbase.Client.get_state` / ``set_state`` (the state checkpoints save),
+nothing else. A client's training depends only on that state and its data, so results do not depend
+on the executor or on the number of workers - provided every worker uses as many intra-op threads as
+the driver (float reductions differ between 1 and 2 threads), which the Ray executor enforces.
 """
 from __future__ import annotations
 
 import copy
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
-from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.exchange import ClientUpdate
 from utils import progress
 from utils.data_utils import DatasetInfo, load_client_splits
 from utils.paths import REPO_ROOT, SYSTEM_DIR
@@ -29,11 +29,13 @@ _DATA_ATTRS = ("train_data", "test_data", "val_data")
 class SequentialExecutor:
     """PFLlib's behaviour: the selected clients train one after another in this process."""
 
-    def train(self, clients: Sequence[Client]) -> None:
+    def train(self, clients: Sequence[Client]) -> List[ClientUpdate]:
         progress.current().begin("train", len(clients))
+        updates = []
         for client in clients:
-            client.train()
+            updates.append(client.train())
             progress.current().advance()
+        return updates
 
     def close(self) -> None:
         pass
@@ -47,36 +49,20 @@ def without_data(client: Client) -> Client:
     return shipped
 
 
-def merge_trained(local: Client, trained: Client) -> None:
-    """Copy a trained client's state into the server's object, keeping the server's objects' identity."""
-    for name, value in vars(trained).items():
-        if name in _DATA_ATTRS:
-            continue
-        current = getattr(local, name, None)
-        if isinstance(current, nn.Module) and type(current) is type(value):
-            current.load_state_dict(value.state_dict())
-            # The last minibatch's gradients are part of the result (FedLAG's last_batch signal).
-            for mine, theirs in zip(current.parameters(), value.parameters()):
-                mine.grad = None if theirs.grad is None else theirs.grad.to(mine.device)
-        elif isinstance(current, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)):
-            current.load_state_dict(value.state_dict())
-        elif isinstance(current, torch.Generator):
-            current.set_state(value.get_state())
-        elif isinstance(current, torch.Tensor) and isinstance(value, torch.Tensor) \
-                and current.shape == value.shape and current.dtype == value.dtype:
-            with torch.no_grad():
-                current.copy_(value)
-        else:
-            setattr(local, name, value)
+def train_detached(client: Client, keep_gradients: bool) -> Tuple[dict, ClientUpdate]:
+    """Train ``client`` (a copy, away from the server) and return its new state and its update."""
+    update = client.train()
+    return client.get_state(), (update if keep_gradients else update.without_gradients())
 
 
 class _ClientWorker:
     """A Ray actor: loads each client's data once, then trains whatever client state it is sent."""
 
     def __init__(self, info: DatasetInfo, device: str, num_classes: int, few_shot: int, channels_last: bool,
-                 threads: int, val_ratio: float = 0.0):
+                 threads: int, val_ratio: float = 0.0, keep_gradients: bool = False):
         torch.set_num_threads(threads)
         self.info, self.device = info, torch.device(device)
+        self.keep_gradients = keep_gradients
         self.splits = dict(num_classes=num_classes, few_shot=few_shot, channels_last=channels_last,
                            val_ratio=val_ratio)
         self.data: Dict[int, tuple] = {}
@@ -91,10 +77,9 @@ class _ClientWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def train(self, client: Client) -> Client:
+    def train(self, client: Client) -> Tuple[dict, ClientUpdate]:
         client.train_data, client.test_data = self._client_data(client.id)
-        client.train()
-        return without_data(client)
+        return train_detached(client, self.keep_gradients)
 
 
 class RayExecutor:
@@ -124,7 +109,8 @@ class RayExecutor:
         channels_last = server.clients[0].train_data.x.is_contiguous(memory_format=torch.channels_last) \
             and not server.clients[0].train_data.x.is_contiguous()
         self.actor_args = (server.data_info, str(server.device), server.num_classes, server.few_shot,
-                           channels_last, torch.get_num_threads(), server.val_ratio)
+                           channels_last, torch.get_num_threads(), server.val_ratio,
+                           server.upload_needs_gradients())
         self.workers = [self._new_actor() for _ in range(workers)]
 
     def _new_actor(self):
@@ -135,13 +121,13 @@ class RayExecutor:
         workers still starting."""
         return self.ray.get([w.pid.remote() for w in self.workers])
 
-    def train(self, clients: Sequence[Client]) -> None:
+    def train(self, clients: Sequence[Client]) -> List[ClientUpdate]:
         ray = self.ray
         lost_errors = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                        ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
         pending: Dict[object, tuple] = {}  # object ref -> (client, worker slot, the actor it went to)
         retries = {c.id: 0 for c in clients}
-        trained: Dict[int, Client] = {}
+        trained: Dict[int, Tuple[dict, ClientUpdate]] = {}
 
         def submit(client: Client) -> None:
             slot = client.id % len(self.workers)
@@ -179,7 +165,8 @@ class RayExecutor:
                 submit(client)
         # Only now, with every client back, does the server's state change (see the class docstring).
         for client in clients:
-            merge_trained(client, trained[client.id])
+            client.set_state(trained[client.id][0])
+        return [trained[client.id][1] for client in clients]
 
     def _replace(self, slot: int) -> None:
         """Put a new actor in ``slot``, refusing when the cluster has no live node to place it on."""

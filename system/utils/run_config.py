@@ -119,7 +119,8 @@ class RunConfig:
         "how selected clients train: one after another, in parallel on Ray workers, or batched: together, "
         "one vmapped step for all (plain-SGD algorithms; equal to sequential up to float rounding)"))
     batch_clients: int = flag("--batch_clients", default=0, minimum=0,
-                              help="--executor batched: clients trained together per group (0 = all of the round's)")
+                              help="--executor batched: clients trained together per group (0 = all of the round's, "
+                                   "but a convolutional model on a CPU trains one at a time, faster there)")
     ray_address: str = flag("--ray_address", default="",
                             help="Ray cluster to join: 'auto' or host:port (default: empty, which starts a local Ray)")
     workers: int = flag("--workers", default=2, minimum=1, help="Ray workers (actors)")

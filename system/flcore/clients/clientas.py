@@ -59,6 +59,9 @@ class clientAS(Client):
         batches = self.train_data.train_batches(self.batch_size, self.generator)
         self.fisher_trace = float(fisher_trace(self.model, batches))
 
+    def upload_extras(self) -> dict:
+        return {"fisher_trace": self.fisher_trace}
+
 
 def prototype_alignment_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
     """Sum over the classes in the batch of the MSE between their features and their prototype.

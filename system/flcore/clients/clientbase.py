@@ -15,13 +15,14 @@ of a :class:`BaseHeadSplit`), and :meth:`shares` can exclude single tensors (Fed
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional, Tuple
+from typing import Callable, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.algorithm_flags import Hyperparameters
+from flcore.exchange import ClientUpdate
 from flcore.state import export_attrs, import_attrs
 from utils.data_utils import ClientData
 from utils.metrics import ClientTestStats, micro_auc
@@ -99,10 +100,23 @@ class Client:
         """Whether tensor ``name`` (relative to :meth:`shared_module`) is exchanged."""
         return True
 
-    def set_parameters(self, module: nn.Module) -> None:
-        """Receive the server's ``module`` (the global counterpart of :meth:`shared_module`)."""
-        source = named_tensors(module)
-        copy_into(self.shared_module(), source, [n for n in source if self.shares(n)])
+    def set_parameters(self, broadcast: Mapping[str, torch.Tensor]) -> None:
+        """Receive the server's ``broadcast``: tensors by name, relative to :meth:`shared_module` (the global
+        counterpart of what this client shares); copied in, so the client holds its own values."""
+        copy_into(self.shared_module(), broadcast, [n for n in broadcast if self.shares(n)])
+
+    def upload(self) -> ClientUpdate:
+        """This round's upload: the shared tensors (views, not copies), the last minibatch's gradients,
+        and :meth:`upload_extras`."""
+        module = self.shared_module()
+        tensors = {name: t.detach() for name, t in named_tensors(module).items() if self.shares(name)}
+        gradients = {name: p.grad.detach() for name, p in module.named_parameters()
+                     if p.grad is not None and name in tensors}
+        return ClientUpdate(self.id, self.train_samples, tensors, self.shared_path, gradients, self.upload_extras())
+
+    def upload_extras(self) -> dict:
+        """What the algorithm uploads besides parameters (a control delta, prototypes, ...), by name."""
+        return {}
 
     # ----- state (checkpoints, executors) -------------------------------------------------------
     def state_names(self) -> Tuple[str, ...]:
@@ -117,7 +131,14 @@ class Client:
         import_attrs(self, state, self.state_names())
 
     # ----- local training ---------------------------------------------------------------------
-    def train(self) -> None:
+    def train(self) -> ClientUpdate:
+        """One round of local training; returns the round's upload (:meth:`upload`)."""
+        self.local_training()
+        return self.upload()
+
+    def local_training(self) -> None:
+        """The local training itself: one loop with the hooks below. Methods with several stages
+        (FedRep's head then body, pFedMe's inner problem) override this."""
         self.model.train()
         self.begin_local_training()
         self.run_epochs(self.local_epochs, self.local_loss)
@@ -165,18 +186,20 @@ class Client:
         return self.model
 
     @torch.inference_mode()
-    def test_metrics(self, data: Optional[ClientData] = None) -> ClientTestStats:
-        """Accuracy and AUC on ``data`` (default: the test set; the server passes the validation set)."""
-        model = self.evaluation_model()
+    def test_metrics(self, data: Optional[ClientData] = None, model: Optional[nn.Module] = None) -> ClientTestStats:
+        """Accuracy and AUC of ``model`` (default: :meth:`evaluation_model`) on ``data`` (default: the test
+        set; the server passes the validation set)."""
+        model = self.evaluation_model() if model is None else model
         model.eval()
         logits, labels = self._predict(model, self.test_data if data is None else data)
         correct = int((logits.argmax(dim=1) == labels).sum())
         return ClientTestStats(correct, len(labels), micro_auc(logits, labels, logits.shape[1]))
 
     @torch.inference_mode()
-    def train_metrics(self) -> Tuple[float, int]:
-        """(sum of per-sample losses, number of samples) on the train set, in eval mode."""
-        model = self.evaluation_model()
+    def train_metrics(self, model: Optional[nn.Module] = None) -> Tuple[float, int]:
+        """(sum of per-sample losses, number of samples) of ``model`` (default: :meth:`evaluation_model`)
+        on the train set, in eval mode."""
+        model = self.evaluation_model() if model is None else model
         model.eval()
         total = torch.zeros((), dtype=torch.float64, device=self.train_data.y.device)
         for x, y in self.train_data.eval_batches(EVAL_BATCH_SIZE):

@@ -67,3 +67,6 @@ class clientCP(Client):
     def personal_share(self) -> float:
         """Mean personal share ``r`` of the features over the last round's training batches."""
         return float(self.personal_share_sum) / max(self.personal_share_batches, 1)
+
+    def upload_extras(self) -> dict:
+        return {"personal_share": self.personal_share()}  # recorded by the server, not aggregated

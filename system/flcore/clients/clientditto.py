@@ -30,7 +30,6 @@ class clientDitto(Client):
         self.optimizer_per = self.make_optimizer(self.model_per.parameters())
         self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)
         self.received: State = {}          # w^t, refreshed every round
-        self.report_global = False         # set by the server to measure w instead of v
 
     def begin_local_training(self) -> None:
         # The personal step needs w^t, so it runs before w itself moves (PFLlib's order too).
@@ -56,4 +55,5 @@ class clientDitto(Client):
         self.train_personal(epochs)
 
     def evaluation_model(self) -> torch.nn.Module:
-        return self.model if self.report_global else self.model_per
+        """The personal model v (the server also measures the global model w, by name)."""
+        return self.model_per

@@ -50,6 +50,9 @@ class clientFD(Client):
             raise RuntimeError(f"client {self.id} uploads logits before training")
         return self.local_logits
 
+    def upload_extras(self) -> dict:
+        return {"class_vectors": self.upload_class_vectors()}
+
     def begin_local_training(self) -> None:
         super().begin_local_training()
         self._logit_means = self._new_accumulator()

@@ -59,6 +59,10 @@ class clientFomo(Client):
         self.download_weights: Dict[int, float] = {}
         self.kept_own_model = True
 
+    def upload_extras(self) -> dict:
+        """The raw weight this client gave each model it downloaded (the server's affinities grow by them)."""
+        return {"download_weights": dict(self.download_weights)}
+
     @torch.no_grad()
     def validation_loss(self, model: nn.Module) -> float:
         if len(self.validation_data) == 0:

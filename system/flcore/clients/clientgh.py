@@ -29,3 +29,6 @@ class clientGH(Client):
         stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
         self.prototypes = stats.means()
         self.prototype_counts = stats.counts
+
+    def upload_extras(self) -> dict:
+        return {"prototypes": self.prototypes, "prototype_counts": self.prototype_counts}

@@ -32,7 +32,7 @@ class clientpFedMe(Client):
         self.learning_rate_scheduler_per = self.make_scheduler(self.optimizer_per)
         self.anchor: State = {}  # live views of w: the prox centre follows w's in-place updates
 
-    def train(self) -> None:
+    def local_training(self) -> None:
         self.local_update(self.local_epochs)
         if self.learning_rate_decay:
             self.learning_rate_scheduler.step()

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from flcore.aggregation import named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPACParams
 from flcore.training.classfeatures import class_feature_stats
@@ -48,7 +49,7 @@ class clientPAC(Client):
         self.global_prototypes = prototypes.detach().clone()
         self.global_prototype_mask = present.detach().clone()
 
-    def train(self) -> None:
+    def local_training(self) -> None:
         train_head_then_base(self, HEAD_EPOCHS, self.classification_loss, self.local_loss)
 
     def begin_local_training(self) -> None:
@@ -60,6 +61,12 @@ class clientPAC(Client):
         stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
         self.prototypes = stats.means()
         self.prototype_counts = stats.counts
+
+    def upload_extras(self) -> dict:
+        """The head (combined per client on the server), the prototypes and the QP's statistics."""
+        head = {name: t.detach() for name, t in named_tensors(self.model.head).items()}
+        return {"head": head, "prototypes": self.prototypes, "prototype_counts": self.prototype_counts,
+                "feature_variance": self.feature_variance, "class_reference": self.class_reference}
 
     def classification_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.loss(self.model(x), y)

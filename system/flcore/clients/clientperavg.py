@@ -45,7 +45,7 @@ class clientPerAvg(Client):
         seed = np.random.SeedSequence([config.seed % 2**32, self.id, ADAPTATION_STREAM]).generate_state(1, np.uint64)
         self.adaptation_generator = torch.Generator().manual_seed(int(seed[0] >> 1))
 
-    def train(self) -> None:
+    def local_training(self) -> None:
         self.model.train()
         run_batch_steps(self, self.local_epochs, 2 * self.batch_size, self.meta_step_on_batch)
         if self.learning_rate_decay:

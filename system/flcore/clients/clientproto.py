@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
@@ -67,6 +68,9 @@ class clientProto(Client):
             raise RuntimeError(f"client {self.id} uploads prototypes before computing any")
         return self.local_prototypes
 
+    def upload_extras(self) -> dict:
+        return {"class_vectors": self.upload_class_vectors()}
+
     # ----- local training -----------------------------------------------------------------------
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         features = self.model.base(x)
@@ -100,7 +104,9 @@ class clientProto(Client):
 
     # ----- inference: the nearest global prototype ----------------------------------------------
     @torch.inference_mode()
-    def test_metrics(self, data: Optional[ClientData] = None) -> ClientTestStats:
+    def test_metrics(self, data: Optional[ClientData] = None, model: Optional[nn.Module] = None) -> ClientTestStats:
+        """Nearest-prototype accuracy of this client's feature extractor (``model`` is not used: FedProto
+        has one model per client)."""
         data = self.test_data if data is None else data
         labels = data.y
         if not self._has_prototypes:

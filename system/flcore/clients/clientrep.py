@@ -21,7 +21,7 @@ class clientRep(Client):
         self.optimizer, self.learning_rate_scheduler = part_optimizer(self, self.model.base)
         self.head_optimizer, self.head_scheduler = part_optimizer(self, self.model.head)
 
-    def train(self) -> None:
+    def local_training(self) -> None:
         train_head_then_base(self, self.head_epochs, self.local_loss, self.local_loss)
 
     def fine_tune(self, epochs: int) -> None:

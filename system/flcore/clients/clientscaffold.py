@@ -72,3 +72,6 @@ class clientSCAFFOLD(ReceivedModelClient):
                 self.control_delta[name].copy_(refreshed - self.control[name])
                 self.control[name].copy_(refreshed)
         super().end_local_training()
+
+    def upload_extras(self) -> dict:
+        return {"control_delta": self.control_delta}

@@ -9,9 +9,9 @@ hooks every PFLlib-style server has, and calls the base method's own version of 
   at upload each row becomes the update ``theta^(r,E) - theta^(r)`` in place, and every layer is scored
   on a column view of that matrix (no per-layer or per-client copies: 100 clients x 1M parameters
   cost one 400 MB buffer and one m x m Gram matrix per layer).
-* ``receive_models``: after the base upload, each uploaded tensor is named by parameter identity
-  against the client's full model (so an upload of only ``model.base`` maps to ``base.*``), the
-  per-layer updates are scored (``conflict.py``) and the personal set is chosen.
+* ``receive_models``: after the base method has picked the round's ``uploads`` (one ``ClientUpdate``
+  per uploader: tensors by name under the update's ``shared_path``, so an upload of only ``model.base``
+  maps to ``base.*``), the per-layer updates are scored (``conflict.py``) and the personal set is chosen.
 * ``aggregate_parameters`` is untouched: the server still averages every shared tensor, including
   the personal ones, which initialise clients that never held a copy (new clients).
 
@@ -19,9 +19,10 @@ Only tensors the base method uploads (and the client ``shares``) are ranked: the
 personal parts stay personal and count towards K (``LayerSelector``), so FedRep+LAG with K = 1 is
 FedRep and K = 2 adds one shared layer. Contracts relied on: ``self.lag_settings()``, the ``--lag_*``
 values (this project's ``Server`` returns its config's; in a PFLlib checkout ``UpstreamCompat`` reads
-them from ``args``), and PFLlib's ``self.clients`` with ``.id`` and ``.model``,
-``self.selected_clients``, and ``receive_models`` filling ``self.uploaded_ids`` /
-``self.uploaded_models`` with live modules of the clients' models.
+them from ``args``), ``self.clients`` with ``.id`` and ``.model``, ``self.selected_clients``,
+``receive_models`` filling ``self.uploads`` (objects shaped like :class:`~flcore.exchange.ClientUpdate`:
+``client_id``, ``tensors``, ``gradients``, ``full_name``; in a PFLlib checkout ``UpstreamCompat`` builds
+them from upstream's ``uploaded_ids`` / ``uploaded_models``), and ``upload_needs_gradients``.
 
 This module imports only torch and the other modules of ``lag/``, so ``lag/`` drops into a PFLlib
 checkout unchanged.
@@ -56,9 +57,10 @@ class LayerConflictMixin:
         self._lag_rows: Dict[int, int] = {}     # client id -> row holding its starting parameters
         self._lag_scored: Dict[int, int] = {}   # client id -> row holding its last scored update
         clients = getattr(self, "clients", None)
-        if clients and callable(getattr(clients[0], "shared_module", None)):
+        if clients and callable(getattr(clients[0], "shared_module", None)) \
+                and callable(getattr(clients[0], "upload", None)):
             # What the base method shares is known before any upload: check K against it now.
-            self._lag_start(clients[0], clients[0].shared_module())
+            self._lag_start(clients[0], clients[0].upload())
 
     @property
     def lag_layers(self) -> Optional[List[Layer]]:
@@ -68,9 +70,10 @@ class LayerConflictMixin:
     def lag_personal(self) -> Tuple[int, ...]:
         return () if self.lag_selector is None else self.lag_selector.personal
 
-    def _lag_start(self, client, module: nn.Module) -> None:
-        """Build the selector on the layers the base method shares (it refuses a K that leaves none shared)."""
-        candidates = self._lag_candidate_layers(client, module)
+    def _lag_start(self, client, update) -> None:
+        """Build the selector on the layers the base method shares, as ``client``'s ``update`` names them
+        (it refuses a K that leaves none shared)."""
+        candidates = self._lag_candidate_layers(client, update)
         base_method = str(self.algorithm).removesuffix("+LAG")
         self.lag_selector = LayerSelector(self.lag, candidates, base_method,
                                           self._lag_own_personal_layers(client, candidates))
@@ -96,65 +99,54 @@ class LayerConflictMixin:
             selected = list(self.selected_clients)
             matrix = self._lag_buffer(len(selected), selected[0]) if selected else None
             for row, client in enumerate(selected):
-                torch.cat(self._lag_flat_parts(client), out=matrix[row])
+                torch.cat(self._lag_model_parts(client), out=matrix[row])
             self._lag_rows = {c.id: row for row, c in enumerate(selected)}
 
     # ----- upload: base behaviour, then score and choose --------------------------------------------
+    def upload_needs_gradients(self) -> bool:
+        """``last_batch`` scores the last minibatch's gradients, so the uploads must carry them."""
+        wanted = self.lag.signal == "last_batch"
+        return wanted or (super().upload_needs_gradients() if hasattr(super(), "upload_needs_gradients") else False)
+
     def receive_models(self):
         super().receive_models()
-        uploads = list(zip(self._lag_upload_owners(), self.uploaded_models))
+        uploads = list(self.uploads)
         if self.lag_selector is None and uploads:
-            self._lag_start(*uploads[0])
+            self._lag_start(self.clients[0], uploads[0])
         if self.lag_selector is None:
             self._lag_unscored_before += 1   # nothing uploaded yet: the round still gets its row
             return
         if not self._lag_spans:  # first round, or the layers came from a checkpoint
             self._lag_layout(self.clients[0])
             self._lag_spans = [self._lag_layer_spans(layer) for layer in self.lag_layers]
-        rows = self._lag_collect_updates([client for client, _ in uploads])
+        rows = self._lag_collect_updates(uploads)
         evidence = (layer_evidence_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows)
                     if len(rows) >= 2 else (None, None))
         self.lag_selector.observe(*evidence, uploads=len(rows))
         self._lag_say_notes()
 
-    def _lag_upload_owners(self) -> List:
-        """The client behind each upload, found by parameter identity.
-
-        ``uploaded_ids`` is not trusted on its own: upstream PFLlib's FedRep/FedPer never reset it, so it
-        grows every round. It is used only for uploads that hold copies rather than live tensors.
-        """
-        owner_of = {id(p): c for c in self.clients for p in c.model.parameters()}
-        by_id = {c.id: c for c in self.clients}
-        owners = []
-        for index, module in enumerate(self.uploaded_models):
-            first = next(module.parameters(), None)
-            owner = owner_of.get(id(first)) if first is not None else None
-            if owner is None:
-                owner = by_id[self.uploaded_ids[index]]
-            owners.append(owner)
-        return owners
-
-    def _lag_collect_updates(self, clients: Sequence) -> List[int]:
-        """Turn the update matrix's rows into ``h_u`` for the uploading clients; returns their rows."""
-        if not clients:
+    def _lag_collect_updates(self, uploads: Sequence) -> List[int]:
+        """Turn the update matrix's rows into ``h_u`` for the uploads; returns their rows."""
+        if not uploads:
             self._lag_scored = {}
             return []
         if self.lag.signal == "last_batch":
-            # The authors' code: the gradient of the last minibatch, left in .grad by local training.
-            matrix = self._lag_buffer(len(clients), clients[0])
-            for row, client in enumerate(clients):
-                torch.cat(self._lag_flat_parts(client, gradients=True), out=matrix[row])
-            self._lag_scored = {client.id: row for row, client in enumerate(clients)}
-            return list(range(len(clients)))
+            # The authors' code: the gradient of the last minibatch of local training.
+            matrix = self._lag_buffer(len(uploads), self.clients[0])
+            for row, update in enumerate(uploads):
+                torch.cat(self._lag_flat_parts(update, update.gradients), out=matrix[row])
+            self._lag_scored = {update.client_id: row for row, update in enumerate(uploads)}
+            return list(range(len(uploads)))
         self._lag_scored = {}
         rows = []
-        for client in clients:
-            row = self._lag_rows.pop(client.id, None)
+        for update in uploads:
+            row = self._lag_rows.pop(update.client_id, None)
             if row is None:  # trained without a broadcast first: no starting point to compare with
                 continue
             start = self._lag_matrix[row]
-            start.sub_(torch.cat(self._lag_flat_parts(client))).neg_()  # theta^(r,E) - theta^(r)
-            self._lag_scored[client.id] = row
+            # theta^(r,E) - theta^(r); columns the update does not hold read as no change.
+            start.sub_(torch.cat(self._lag_flat_parts(update, update.tensors, default=start))).neg_()
+            self._lag_scored[update.client_id] = row
             rows.append(row)
         return rows
 
@@ -176,13 +168,23 @@ class LayerConflictMixin:
             self._lag_matrix = torch.empty(num_rows, width, dtype=param.dtype, device=param.device)
         return self._lag_matrix
 
-    def _lag_flat_parts(self, client, gradients: bool = False) -> List[torch.Tensor]:
-        """The client's parameters (or their gradients, zeros where none) in layout order, flattened."""
+    def _lag_model_parts(self, client) -> List[torch.Tensor]:
+        """The client's parameters in layout order, flattened."""
+        return [param.detach().reshape(-1) for param in client.model.parameters()]
+
+    def _lag_flat_parts(self, update, tensors: State, default: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+        """``tensors`` (an update's parameters or gradients, by name under its ``shared_path``) in layout
+        order, flattened; a column they do not hold comes from ``default`` (a row), else zeros."""
+        full = {update.full_name(name): tensor for name, tensor in tensors.items()}
         parts = []
-        for param in client.model.parameters():
-            value = param.grad if gradients else param
-            parts.append(torch.zeros(param.numel(), dtype=param.dtype, device=param.device) if value is None
-                         else value.detach().reshape(-1))
+        for name, (a, b) in self._lag_columns.items():
+            value = full.get(name)
+            if value is not None:
+                parts.append(value.detach().reshape(-1))
+            elif default is not None:
+                parts.append(default[a:b])
+            else:
+                parts.append(torch.zeros(b - a, dtype=self._lag_matrix.dtype, device=self._lag_matrix.device))
         return parts
 
     def lag_update_of(self, client_id: int) -> State:
@@ -199,30 +201,10 @@ class LayerConflictMixin:
         """Live personal tensors of ``client``: the chosen parameters and their modules' buffers."""
         return with_module_buffers(client.model, self.lag_personal_names())
 
-    def _lag_full_names(self, client, module: nn.Module) -> Dict[str, str]:
-        """Uploaded parameter name -> name in the client's full model, by parameter identity.
-
-        Falls back to a unique suffix match when the upload holds copies rather than live tensors.
-        """
-        by_identity = {id(p): n for n, p in client.model.named_parameters()}
-        full_names = list(by_identity.values())
-        mapping = {}
-        for name, param in module.named_parameters():
-            full = by_identity.get(id(param))
-            if full is None:
-                matches = [f for f in full_names if f == name or f.endswith("." + name)]
-                if len(matches) != 1:
-                    raise LagError(f"cannot tell which parameter of client {client.id}'s model the uploaded "
-                                   f"tensor {name!r} is (candidates: {matches or 'none'})")
-                full = matches[0]
-            mapping[name] = full
-        return mapping
-
-    def _lag_candidate_layers(self, client, module: nn.Module) -> List[Layer]:
-        """Layers built from what the base method uploads and shares, in the full model's order."""
-        shares = getattr(client, "shares", None)
-        mapping = self._lag_full_names(client, module)
-        shared = {full for rel, full in mapping.items() if shares is None or shares(rel)}
+    def _lag_candidate_layers(self, client, update) -> List[Layer]:
+        """Layers built from the parameters an update carries (what the base method shares), in the full
+        model's order."""
+        shared = {update.full_name(name) for name in update.tensors}
         ordered = [n for n, _ in client.model.named_parameters() if n in shared]
         return build_layers(ordered, self.lag.granularity)
 

@@ -1,10 +1,9 @@
 """A server that exchanges one vector per class instead of model parameters (FedProto, FD).
 
 Every round the server sends each client the global class vectors, the selected clients train and
-upload their own per-class vectors (``client.upload_class_vectors()``), and the server replaces the
+upload their own per-class vectors (the update's ``class_vectors``), and the server replaces the
 global vectors by the per-class average over the clients that hold each class (unweighted, as both
-papers do). No parameters travel: ``uploaded_models`` stays empty, so ``X+LAG`` has nothing to rank
-(the registry refuses it). The global vectors are the server's persistent state.
+papers do). No parameters are aggregated, so ``X+LAG`` has nothing to rank (the registry refuses it). The global vectors are the server's persistent state.
 """
 from __future__ import annotations
 
@@ -50,9 +49,7 @@ class ClassVectorServer(Server):
 
     def receive_models(self) -> None:
         super().receive_models()  # who uploads (client drop-out included), and their weights
-        by_id = {client.id: client for client in self.clients}
-        self.uploaded_vectors = [by_id[i].upload_class_vectors() for i in self.uploaded_ids]
-        self.uploaded_models = []
+        self.uploaded_vectors = [update.extras["class_vectors"] for update in self.uploads]
 
     def receive_new_client(self, client: Client) -> None:
         """New clients keep the fresh model they are built with (no parameters travel) and hold the global

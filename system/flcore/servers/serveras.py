@@ -48,16 +48,15 @@ class FedAS(Server):
 
     def receive_models(self) -> None:
         super().receive_models()
-        by_id = {c.id: c for c in self.clients}
-        traces = [by_id[i].fisher_trace for i in self.uploaded_ids]
+        traces = [update.extras["fisher_trace"] for update in self.uploads]
         weights = fisher_weights(traces)
         if weights is None and traces:
             warnings.warn(f"FedAS round {self.current_round}: Fisher traces {traces} cannot weight the "
                           f"average (not finite, or all zero); using sample weights this round")
         elif weights is not None:
-            self.uploaded_weights = weights
+            self.upload_weights = weights
         row = np.full(self.num_clients, np.nan)
-        row[self.uploaded_ids] = traces
+        row[self.uploader_ids()] = traces
         self.record("rs_fisher_trace", row)
         self.record("rs_fisher_fallback", bool(traces) and weights is None)
 

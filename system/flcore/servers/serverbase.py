@@ -6,17 +6,19 @@ One round (:meth:`Server.train`)::
     -> receive_models -> aggregate_parameters -> end_round
 
 An algorithm overrides only the hooks it changes, in the spirit of Flower's ``Strategy``
-(``configure_train`` / ``aggregate_train``). PFLlib's attribute names and contracts are kept:
-``clients``, ``selected_clients``, ``global_model``, ``uploaded_ids`` / ``uploaded_weights`` /
-``uploaded_models`` (live references to each client's shared module), ``rs_test_acc`` ... so that
-code written against PFLlib, and :class:`LayerConflictMixin`, work on these servers unchanged.
+(``configure_train`` / ``aggregate_train``). Training returns values: ``train_clients`` keeps each
+trained client's :class:`~flcore.exchange.ClientUpdate`, ``receive_models`` picks the round's
+``uploads`` (after ``-cdr`` drop-out) and their ``upload_weights``, and aggregation reads only those.
+PFLlib's names are kept where they mean the same thing (``clients``, ``selected_clients``,
+``global_model``, ``rs_test_acc`` ...); its ``uploaded_ids`` / ``uploaded_models`` contract (live
+modules of the clients) exists only in the adapter that runs FedLAG inside a PFLlib checkout (``patches/``).
 """
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Type
+from typing import Callable, Dict, List, Optional, Sequence, Type
 
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client, DivergenceError
+from flcore.exchange import ClientUpdate
 from flcore.executors import SequentialExecutor, make_executor
 from flcore.lag.settings import LagSettings
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
@@ -108,9 +111,9 @@ class Server:
         self.executor = SequentialExecutor()  # replaced for the duration of train() by --executor
         self.new_clients: List[Client] = []
         self.selected_clients: List[Client] = []
-        self.uploaded_ids: List[int] = []
-        self.uploaded_weights: List[float] = []
-        self.uploaded_models: List[nn.Module] = []
+        self.trained_updates: Dict[int, ClientUpdate] = {}  # this round's updates, by client id
+        self.uploads: List[ClientUpdate] = []               # those that reached the server (-cdr)
+        self.upload_weights: List[float] = []
 
         self.current_round = 0
         # Set by resume() from a checkpoint taken after the loop had ended (last round, or -ab): the
@@ -262,38 +265,50 @@ class Server:
         """The part of the global model that clients receive (their :meth:`Client.shared_module`)."""
         return self.global_model.get_submodule(self.client_class.shared_path)
 
+    def broadcast(self) -> Dict[str, torch.Tensor]:
+        """What every client receives: the global shared module's tensors, by name (views; each client copies)."""
+        return named_tensors(self.global_shared_module())
+
     def send_models(self) -> None:
-        """Every client (selected or not) receives the global model, as in PFLlib."""
-        shared = self.global_shared_module()
+        """Every client (selected or not) receives the broadcast, as in PFLlib."""
+        shared = self.broadcast()
         for client in self.clients:
             client.set_parameters(shared)
 
     def train_clients(self, clients: Sequence[Client]) -> None:
-        """The one place that decides how selected clients run (``--executor``: in turn, or on Ray)."""
-        self.executor.train(clients)
+        """The one place that decides how selected clients run (``--executor``: in turn, batched, on Ray);
+        keeps their updates for :meth:`receive_models`."""
+        self.trained_updates = {u.client_id: u for u in self.executor.train(clients)}
+
+    def upload_needs_gradients(self) -> bool:
+        """Whether uploads must carry the last minibatch's gradients (FedLAG's ``last_batch`` signal);
+        executors that move updates between processes drop them otherwise."""
+        return False
 
     def receive_models(self) -> None:
-        """Collect the shared modules of the selected clients that were not dropped (``-cdr``)."""
+        """The updates of the selected clients that were not dropped (``-cdr``), and their sample weights."""
         active = self.selected_clients
         if self.client_drop_rate > 0:
             keep = int((1 - self.client_drop_rate) * len(active))
             picks = np.sort(self.sampler.choice(len(active), size=keep, replace=False))
             active = [active[i] for i in picks]
-        self.uploaded_ids = [c.id for c in active]
-        self.uploaded_weights = sample_weights([c.train_samples for c in active])
-        self.uploaded_models = [c.shared_module() for c in active]
+        self.uploads = [self.trained_updates[c.id] for c in active]
+        self.upload_weights = sample_weights([u.num_samples for u in self.uploads])
+
+    def uploader_ids(self) -> List[int]:
+        """The ids of this round's uploaders, in upload order."""
+        return [u.client_id for u in self.uploads]
 
     def aggregate_parameters(self) -> None:
         """Sample-weighted average of the uploads (parameters and buffers) into the global model."""
-        if not self.uploaded_models:
+        if not self.uploads:
             return
         copy_into(self.global_shared_module(), self.average_uploads())
 
     def average_uploads(self, weights: Optional[Sequence[float]] = None) -> Dict[str, torch.Tensor]:
         """Average of the uploads' shared tensors by name, weighted by ``weights`` (default: by samples)."""
-        names = [n for n in named_tensors(self.uploaded_models[0]) if self.clients[0].shares(n)]
-        weights = self.uploaded_weights if weights is None else weights
-        return weighted_average([named_tensors(m) for m in self.uploaded_models], weights, names)
+        weights = self.upload_weights if weights is None else weights
+        return weighted_average([u.tensors for u in self.uploads], weights)
 
     def end_round(self, rnd: int) -> None:
         """Extra per-round server step (after aggregation); nothing by default."""
@@ -302,14 +317,17 @@ class Server:
         """Extra step after the last round (e.g. FedBABU's fine-tuning); nothing by default."""
 
     # ----- evaluation --------------------------------------------------------------------------
-    def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs") -> Summary:
-        """Sample-weighted test accuracy/AUC over all clients and train loss (PFLLIB.md section 6)."""
+    def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs",
+                 model_of: Optional[Callable[[Client], nn.Module]] = None) -> Summary:
+        """Sample-weighted test accuracy/AUC over all clients and train loss (PFLLIB.md section 6), of each
+        client's :meth:`~Client.evaluation_model` or of ``model_of(client)`` (Ditto's global model)."""
         clients = self.clients if clients is None else clients
         progress.current().begin("evaluate", len(clients))
         test, losses, counts = [], [], []
         for c in clients:
-            test.append(c.test_metrics())
-            loss, count = c.train_metrics()
+            model = None if model_of is None else model_of(c)
+            test.append(c.test_metrics(model=model))
+            loss, count = c.train_metrics(model=model)
             losses.append(loss)
             counts.append(count)
             progress.current().advance()
@@ -343,7 +361,7 @@ class Server:
         """What a new client receives before fine-tuning: the global counterpart of its shared module.
         Methods whose newcomers get something else (nothing, a mean of personal models, server state)
         override this."""
-        client.set_parameters(self.global_shared_module())
+        client.set_parameters(self.broadcast())
 
     @staticmethod
     def fine_tune_clients(clients: Sequence[Client], epochs: int, stage: str = "fine-tune") -> None:

@@ -94,4 +94,4 @@ class FedCAC(Server):
 
     def aggregate_parameters(self) -> None:
         super().aggregate_parameters()
-        self.previous_uploaders = list(self.uploaded_ids)
+        self.previous_uploaders = self.uploader_ids()

@@ -45,7 +45,7 @@ class FedCP(Server):
         super().__init__(config, hparams, times, FedCPModel(model.base, model.head), data)
 
     def end_round(self, rnd: int) -> None:
-        trained = self.selected_clients
+        trained = list(self.trained_updates.values())
         if trained:
-            weights = sample_weights([c.train_samples for c in trained])
-            self.record("rs_personal_share", sum(w * c.personal_share() for w, c in zip(weights, trained)))
+            weights = sample_weights([u.num_samples for u in trained])
+            self.record("rs_personal_share", sum(w * u.extras["personal_share"] for w, u in zip(weights, trained)))

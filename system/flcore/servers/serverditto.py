@@ -9,25 +9,13 @@ same round. PFLlib appends both to ``rs_test_acc`` in turn; that interleaving is
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from flcore.clients.clientditto import clientDitto
 from flcore.servers.serverbase import Server
 from utils.metrics import Summary
 
 GLOBAL_PREFIX = "rs_global"
-
-
-@contextmanager
-def reporting_global_model(clients: Sequence[clientDitto]) -> Iterator[None]:
-    for client in clients:
-        client.report_global = True
-    try:
-        yield
-    finally:
-        for client in clients:
-            client.report_global = False
 
 
 class Ditto(Server):
@@ -39,6 +27,5 @@ class Ditto(Server):
     def evaluate(self, clients: Optional[Sequence[clientDitto]] = None, prefix: str = "rs") -> Summary:
         summary = super().evaluate(clients, prefix)
         if prefix == "rs":
-            with reporting_global_model(self.clients if clients is None else clients):
-                super().evaluate(clients, prefix=GLOBAL_PREFIX)
+            super().evaluate(clients, prefix=GLOBAL_PREFIX, model_of=lambda client: client.model)
         return summary

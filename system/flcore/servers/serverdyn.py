@@ -35,9 +35,9 @@ class FedDyn(Server):
 
     @torch.no_grad()
     def aggregate_parameters(self) -> None:
-        if not self.uploaded_models:
+        if not self.uploads:
             return
-        participants = len(self.uploaded_models)
+        participants = len(self.uploads)
         mean = self.average_uploads([1.0 / participants] * participants)  # uniform, as in the paper
         current = named_tensors(self.global_shared_module())
         for name, h in self.server_state.items():

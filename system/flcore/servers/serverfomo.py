@@ -17,7 +17,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from flcore.aggregation import State, named_tensors
+from flcore.aggregation import State
 from flcore.clients.clientfomo import clientFomo
 from flcore.hyperparameters import FedFomoParams
 from flcore.servers.serverbase import Server
@@ -68,8 +68,7 @@ class FedFomo(Server):
 
     def aggregate_parameters(self) -> None:
         """Store the uploads and add the uploaders' download weights to their affinities."""
-        by_id = {client.id: client for client in self.clients}
-        for client_id, module in zip(self.uploaded_ids, self.uploaded_models):
-            self.stored_models[client_id] = {n: t.detach().clone() for n, t in named_tensors(module).items()}
-            for j, weight in by_id[client_id].download_weights.items():
-                self.affinity[client_id, j] += weight
+        for update in self.uploads:
+            self.stored_models[update.client_id] = {n: t.clone() for n, t in update.tensors.items()}
+            for j, weight in update.extras["download_weights"].items():
+                self.affinity[update.client_id, j] += weight

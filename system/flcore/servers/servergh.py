@@ -38,10 +38,8 @@ class FedGH(Server):
 
     def receive_models(self) -> None:
         super().receive_models()  # who uploads (after -cdr) and their sample weights
-        by_id = {c.id: c for c in self.clients}
-        self.uploaded_prototypes = [(by_id[i].prototypes, by_id[i].prototype_counts) for i in self.uploaded_ids]
-        # Prototypes are the whole upload: no client parameters reach the server.
-        self.uploaded_models = []
+        # Prototypes are the whole upload: no client parameters are aggregated.
+        self.uploaded_prototypes = [(u.extras["prototypes"], u.extras["prototype_counts"]) for u in self.uploads]
 
     def aggregate_parameters(self) -> None:
         """Train the global head on the uploaded prototypes (PFLlib: ``train_head``)."""

@@ -15,7 +15,7 @@ class Local(Server):
         pass
 
     def receive_models(self) -> None:
-        self.uploaded_ids, self.uploaded_weights, self.uploaded_models = [], [], []
+        self.uploads, self.upload_weights = [], []
 
     def aggregate_parameters(self) -> None:
         pass

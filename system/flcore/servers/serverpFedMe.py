@@ -30,7 +30,7 @@ class pFedMe(Server):
         self.beta = self.hparams.server_mixing
 
     def aggregate_parameters(self) -> None:
-        if not self.uploaded_models:
+        if not self.uploads:
             return
         shared = self.global_shared_module()
         previous = parameter_copies(shared)

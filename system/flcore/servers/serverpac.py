@@ -16,14 +16,13 @@ being overwritten; prototypes are pooled by sample count (the authors' code), no
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 from scipy.optimize import minimize
-from torch import nn
 
-from flcore.aggregation import copy_into, named_tensors, weighted_average
+from flcore.aggregation import copy_into, weighted_average
 from flcore.clients.clientpac import clientPAC
 from flcore.hyperparameters import FedPACParams
 from flcore.servers.serverbase import Server
@@ -44,7 +43,6 @@ class FedPAC(Server):
     def setup(self) -> None:
         self.global_prototypes: Optional[torch.Tensor] = None
         self.global_prototype_mask: Optional[torch.Tensor] = None
-        self.uploaded_heads: List[nn.Module] = []
         self.head_weights: Optional[np.ndarray] = None  # last round's alpha, rows/columns = uploaded_ids
 
     def send_models(self) -> None:
@@ -53,30 +51,26 @@ class FedPAC(Server):
             for client in self.clients:
                 client.set_global_prototypes(self.global_prototypes, self.global_prototype_mask)
 
-    def receive_models(self) -> None:
-        super().receive_models()
-        self.uploaded_heads = [self._client(i).model.head for i in self.uploaded_ids]
-
     def aggregate_parameters(self) -> None:
         super().aggregate_parameters()  # the bodies
         # Recorded per round: the weight each uploader gives its own head (how personal it stays).
         # The full n x n matrix is kept for the last round only (head_weights): it grows as clients^2.
         own_weight = np.full(self.num_clients, np.nan)
-        if self.uploaded_ids:
-            uploaders = [self._client(i) for i in self.uploaded_ids]
+        if self.uploads:
+            uploaded = [update.extras for update in self.uploads]
             self.global_prototypes, self.global_prototype_mask = pooled_prototypes(
-                [c.prototypes for c in uploaders], [c.prototype_counts for c in uploaders])
-            references = torch.stack([c.class_reference for c in uploaders])
-            self.head_weights = head_combination_weights([c.feature_variance for c in uploaders], references)
+                [e["prototypes"] for e in uploaded], [e["prototype_counts"] for e in uploaded])
+            references = torch.stack([e["class_reference"] for e in uploaded])
+            self.head_weights = head_combination_weights([e["feature_variance"] for e in uploaded], references)
             self.combine_heads(self.head_weights)
-            own_weight[self.uploaded_ids] = np.diag(self.head_weights)
+            own_weight[self.uploader_ids()] = np.diag(self.head_weights)
         self.record("rs_head_own_weight", own_weight)
 
     def combine_heads(self, weights: np.ndarray) -> None:
-        """Client ``uploaded_ids[i]`` gets ``sum_j weights[i, j] * head_j`` of the heads as uploaded."""
-        # Snapshot first: the uploads are live modules and are overwritten one client at a time.
-        heads = [{n: t.detach().clone() for n, t in named_tensors(h).items()} for h in self.uploaded_heads]
-        for i, client_id in enumerate(self.uploaded_ids):
+        """Uploader ``i`` gets ``sum_j weights[i, j] * head_j`` of the heads as uploaded."""
+        # Snapshot first: uploaded heads may be views of the clients' heads, overwritten one client at a time.
+        heads = [{n: t.clone() for n, t in update.extras["head"].items()} for update in self.uploads]
+        for i, client_id in enumerate(self.uploader_ids()):
             copy_into(self._client(client_id).model.head, weighted_average(heads, weights[i].tolist()))
 
     def _client(self, client_id: int) -> clientPAC:

@@ -41,14 +41,13 @@ class SCAFFOLD(Server):
 
     def receive_models(self) -> None:
         super().receive_models()
-        by_id = {client.id: client for client in self.clients}
-        self.uploaded_control_deltas = [by_id[i].control_delta for i in self.uploaded_ids]
+        self.uploaded_control_deltas = [update.extras["control_delta"] for update in self.uploads]
 
     @torch.no_grad()
     def aggregate_parameters(self) -> None:
-        if not self.uploaded_models:
+        if not self.uploads:
             return
-        participants = len(self.uploaded_models)
+        participants = len(self.uploads)
         mean = self.average_uploads([1.0 / participants] * participants)  # uniform, as in the paper
         current = named_tensors(self.global_shared_module())
         controlled = [n for n in self.control if n in mean]
