@@ -13,6 +13,7 @@ The table goes to ``results/benchmarks/engine-speed/step.md`` (``--out``).
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.func import functional_call, grad, vmap  # noqa: E402
 
-from flcore.trainmodel.models import build_model  # noqa: E402
+from flcore.trainmodel.models import CONVOLUTIONAL, build_model  # noqa: E402
 
 # (label, -m name, one sample's shape)
 SETTINGS = (("MNIST / DNN", "DNN", (1, 28, 28)), ("MNIST / CNN", "CNN", (1, 28, 28)),
@@ -45,12 +46,11 @@ def per_step_ms(step: Callable[[], None], repeats: int, device: torch.device) ->
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-def sequential_step(model: nn.Module, shape, clients: int, device) -> Callable[[], None]:
+def sequential_step(name: str, model: nn.Module, shape, clients: int, device) -> Callable[[], None]:
     models = [build_like(model, device) for _ in range(clients)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=LR) for m in models]
-    conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
     xs = [torch.randn(BATCH, *shape, device=device) for _ in range(clients)]
-    if conv:
+    if name in CONVOLUTIONAL:  # channels-last inputs, as the clients' data of a channels-last model
         xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
     ys = [torch.randint(0, 10, (BATCH,), device=device) for _ in range(clients)]
 
@@ -82,7 +82,6 @@ def vmapped_step(model: nn.Module, shape, clients: int, device) -> Callable[[], 
 
 
 def build_like(model: nn.Module, device) -> nn.Module:
-    import copy
     return copy.deepcopy(model).to(device).train()
 
 
@@ -101,7 +100,7 @@ def main() -> None:
     for label, name, shape in SETTINGS:
         model = build_model(name, shape, 10)
         for clients in opts.clients:
-            sequential = per_step_ms(sequential_step(model, shape, clients, device), opts.repeats, device)
+            sequential = per_step_ms(sequential_step(name, model, shape, clients, device), opts.repeats, device)
             batched = per_step_ms(vmapped_step(model, shape, clients, device), opts.repeats, device)
             rows.append((label, clients, sequential, batched))
             print(f"{label:20s} {clients:4d} clients: sequential {sequential:9.1f} ms, vmapped {batched:9.1f} ms, "

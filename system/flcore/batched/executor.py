@@ -1,10 +1,10 @@
 """``--executor batched``: the round's selected clients train together on this process's device.
 
-Clients are sorted by their number of minibatches and trained in groups of ``--batch_clients`` (0: all
-of the round's clients at once); each group is one stacked model and one vmapped step per minibatch
-(:mod:`flcore.batched.engine`). The trained state lands in the server's client objects in place, and
-each client's :meth:`~flcore.clients.clientbase.Client.upload` is then the round's update, as it is
-after sequential training.
+Clients are sorted by their number of minibatches and trained in groups of ``--batch_clients`` (0: all of
+the round's clients at once, but see :func:`one_at_a_time_here`); each group is one stacked model and one
+vmapped step per minibatch (:mod:`flcore.batched.engine`). The trained state lands in the server's client
+objects in place, and each client's :meth:`~flcore.clients.clientbase.Client.upload` is then the round's
+update, as it is after sequential training.
 
 Results equal ``--executor sequential`` up to float rounding (vmap batches the matrix products and
 convolutions of many clients, so sums are taken in another order): same batches, same generator
@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 import torch
-from torch import nn
 
 from flcore.batched.engine import EngineError, train_group
 from flcore.batched.functional import FunctionalNet
@@ -25,6 +24,7 @@ from flcore.batched.support import Recipe, client_problem, model_problem, recipe
 from flcore.clients.clientbase import DivergenceError
 from flcore.exchange import ClientUpdate
 from flcore.executors import SequentialExecutor
+from flcore.trainmodel.models import CONVOLUTIONAL
 from utils import progress
 
 
@@ -38,20 +38,21 @@ def _run_error(message: str) -> Exception:
     return RunError(message)
 
 
-def one_at_a_time_here(model: nn.Module, device: torch.device) -> bool:
-    """Whether the automatic choice trains one client at a time: a model with convolutions, on a CPU.
+def one_at_a_time_here(model: str, device: torch.device) -> bool:
+    """Whether the automatic choice trains one client at a time: a model the project runs channels-last
+    (``CONVOLUTIONAL``), on a CPU.
 
     There the sequential path is faster: it runs convolutions and pooling in the channels-last layout,
     which a vmapped step cannot keep (measured on MNIST / CNN, 20 clients, one thread: the batched step
     0.58x the sequential one; max-pooling alone 54 ms vmapped against 11 ms channels-last for 20 clients'
     batches). On a GPU, where one small client leaves the device idle, every client of a round is batched.
     """
-    return device.type == "cpu" and any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+    return device.type == "cpu" and model in CONVOLUTIONAL
 
 
 class BatchedExecutor:
     """Trains each round's selected clients in groups of ``batch_clients``. 0 chooses: every client of the
-    round at once, except a convolutional model on a CPU, which trains one client at a time through its
+    round at once, except a channels-last (convolutional image) model on a CPU, which trains one client at a time through its
     own ``train()`` (:func:`one_at_a_time_here`); a number forces the batched engine on any device."""
 
     def __init__(self, server, batch_clients: int = 0):
@@ -61,8 +62,7 @@ class BatchedExecutor:
         problem = client_problem(client_class, server.algorithm) or model_problem(server.config.model)
         if problem:
             raise _config_error(problem)
-        self.one_at_a_time = (self.batch_clients == 0 and bool(server.clients)
-                              and one_at_a_time_here(server.clients[0].model, server.device))
+        self.one_at_a_time = self.batch_clients == 0 and one_at_a_time_here(server.config.model, server.device)
         if self.one_at_a_time:
             print("note: --executor batched trains this convolutional model one client at a time on the CPU, "
                   "where that is faster; --batch_clients N forces the batched engine")

@@ -105,8 +105,7 @@ class LayerConflictMixin:
     # ----- upload: base behaviour, then score and choose --------------------------------------------
     def upload_needs_gradients(self) -> bool:
         """``last_batch`` scores the last minibatch's gradients, so the uploads must carry them."""
-        wanted = self.lag.signal == "last_batch"
-        return wanted or (super().upload_needs_gradients() if hasattr(super(), "upload_needs_gradients") else False)
+        return self.lag.signal == "last_batch" or super().upload_needs_gradients()
 
     def receive_models(self):
         super().receive_models()
