@@ -13,7 +13,8 @@ number to time the batched engine on a CPU. ``benchmarks/engine_step.py`` times 
 Settings (FedAvg, Dirichlet 0.1, PFLlib's local training: batch 10, lr 0.005, one epoch, every client
 every round): MNIST (70,000 images) with ``-m CNN`` and 20 clients; the CIFAR-10 subset (20,000 images)
 with ``-m ResNet9`` and 20 and 100 clients (at least 20 images each). The datasets are built offline
-from ``../shared/data/*.npz`` with the project's generators when missing (``--data_dir``). Each
+from ``../shared/data/*.npz`` with the project's generators when missing (``--data_dir``); ``--images N``
+builds them from a seeded sample of N images instead (a round of the same steps, N / all as long). Each
 executor runs ``--rounds`` rounds; round 0 (evaluation, warm-up) is left out and the median of the
 others is reported, with the time spent in ``train_clients`` alone. ``--rounds 1`` (for a round that
 takes many minutes, as CIFAR-10 / ResNet9 on a CPU) times round 0 itself: its s/round then includes the
@@ -35,13 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from flcore.runner import build_server, prepare  # noqa: E402
@@ -60,6 +62,7 @@ class Setting:
     model: str
     clients: int
     min_samples: int = 0  # the generator's --min-samples (0: its default, PFLlib's)
+    images: int = 0       # a seeded sample of the source's images (0: all of them)
 
 
 FULL = (Setting("MNIST / CNN, 20 clients", "MNIST", "MNIST-dir0.1", "CNN", 20),
@@ -70,11 +73,37 @@ QUICK = (Setting("Digits / DNN, 20 clients", "", "Digits", "DNN", 20),
          Setting("Digits / CNN, 20 clients", "", "Digits", "CNN", 20))
 
 
+def sampled(setting: Setting, images: int) -> Setting:
+    """The setting on a seeded sample of ``images`` of its source's images: a shorter round of the same
+    steps, for a model whose round takes many minutes on a CPU. The smallest client shrinks in proportion."""
+    if not setting.base or not images:
+        return setting
+    source = np.load(SOURCES[setting.base][1])
+    scale = images / len(source["y"])
+    return replace(setting, label=setting.label.replace(" / ", f" ({images:,} images) / ", 1),
+                   folder=f"{setting.folder}-n{images}", min_samples=max(1, round(setting.min_samples * scale))
+                   if setting.min_samples else 0, images=images)
+
+
+def source_file(setting: Setting, data_dir: Path) -> Path:
+    """The shared .npz, or a seeded sample of it written once under ``data_dir``."""
+    full = SOURCES[setting.base][1]
+    if not setting.images:
+        return full
+    path = data_dir / f"{full.stem}-n{setting.images}.npz"
+    if not path.is_file():
+        source = np.load(full)
+        chosen = np.sort(np.random.default_rng(0).choice(len(source["y"]), setting.images, replace=False))
+        np.savez(path, x=source["x"][chosen], y=source["y"][chosen])
+    return path
+
+
 def ensure_dataset(setting: Setting, data_dir: Path) -> None:
     """Build the setting's folder from the shared .npz when it is missing (Digits builds itself)."""
     if not setting.base or (data_dir / setting.folder / "config.json").is_file():
         return
-    script, source = SOURCES[setting.base]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    script, source = SOURCES[setting.base][0], source_file(setting, data_dir)
     command = [sys.executable, str(REPO / "dataset" / script), "noniid", "-", "dir", "--alpha", "0.1",
                "--num-clients", str(setting.clients), "--source", str(source), "--name", setting.folder,
                "--root", str(data_dir)]
@@ -144,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli.add_argument("--ray", action="store_true", help="also time --executor ray (needs Ray)")
     cli.add_argument("--workers", type=int, default=4, help="Ray workers with --ray")
     cli.add_argument("--only", nargs="+", type=int, help="indices of the settings to run (default: all)")
+    cli.add_argument("--images", type=int, default=0,
+                     help="train on a seeded sample of this many of the source's images (0: all): shorter rounds "
+                          "of the same steps, for CIFAR-10 / ResNet9 on a CPU")
     cli.add_argument("--data_dir", type=Path, default=REPO / "dataset")
     cli.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "engine-speed")
     opts = cli.parse_args(argv)
@@ -152,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = QUICK if opts.quick else FULL
     if opts.only:
         settings = tuple(settings[i] for i in opts.only)
+    settings = tuple(sampled(setting, opts.images) for setting in settings)
     if opts.threads:
         torch.set_num_threads(opts.threads)
 
