@@ -38,6 +38,14 @@ def pinned_thread_env(**extra: str) -> dict:
     return env
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that must share one worker of a parallel run (``xdist_group``: those that start Ray) come
+    first. Together they are the longest unit of work, so starting it first lets the other workers take
+    everything else instead of waiting for it at the end. The sort is stable, and the same in every
+    worker, as pytest-xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray for the module's tests (skipped where Ray is not installed); shut down if started here."""

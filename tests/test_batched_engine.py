@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_images, server_for
+from conftest import make_images, play_round, server_for
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.batched.schedule import BatchPlan, order_key
 from flcore.batched.support import CLIENTS, HEAD_THEN_BASE, MODELS, Recipe, batched_problem, recipe_of
@@ -127,6 +127,56 @@ def test_on_a_cpu_a_convolutional_model_trains_one_client_at_a_time_unless_force
     cnn = runs["batched"][0]
     assert not BatchedExecutor(cnn, batch_clients=3).one_at_a_time
     assert not BatchedExecutor(server_for(data_dir, tmp_path / "dnn", "--executor", "batched")).one_at_a_time
+
+
+@pytest.mark.parametrize("model, batch_clients", [("DNN", 0), ("CNN", 4)])
+def test_batched_evaluation_equals_each_clients_own(model, batch_clients, data_dir, tmp_path, monkeypatch):
+    """Every client's correct count, AUC and summed train loss from the vmapped evaluation against its own
+    test_metrics / train_metrics, after a round has made the clients' models differ: chunks of 7 rows (the
+    clients' 26-91 samples end in different chunks), at most 2 clients per forward, groups of 4 (CNN).
+    Each split is gathered on the device once, not once per evaluation."""
+    from flcore.batched import evaluation
+    from flcore.batched.executor import BatchedExecutor
+    from flcore.clients import clientbase
+    from flcore.executors import evaluate_in_turn
+    monkeypatch.setattr(clientbase, "EVAL_BATCH_SIZE", 7)
+    monkeypatch.setattr(evaluation, "EVAL_BATCH_SIZE", 7)
+    monkeypatch.setattr(evaluation, "ROWS_PER_FORWARD", 14)
+    groups, outputs = [], evaluation._outputs
+
+    def counted(stacked, net, data, clients, everyone):
+        groups.append(len(clients))
+        return outputs(stacked, net, data, clients, everyone)
+    monkeypatch.setattr(evaluation, "_outputs", counted)
+    server = server_for(data_dir, tmp_path, "-m", model, "-jr", "1", "--executor", "batched")
+    play_round(server)
+    executor = BatchedExecutor(server, batch_clients)
+    batched = executor.evaluate_clients(server.clients)
+    gathered = executor.test_data.x
+    again = executor.evaluate_clients(server.clients)
+    in_turn = evaluate_in_turn(server.clients)
+    per_call = [6, 6] if batch_clients == 0 else [4, 4, 2, 2]  # (test, train) of each group
+    assert groups == per_call * 2
+    assert executor.test_data.x is gathered
+    assert len({c.test_samples for c in server.clients}) > 1 and max(c.test_samples for c in server.clients) > 14
+    for ours, theirs, repeat in zip(batched, in_turn, again):
+        assert ours == repeat
+        assert (ours.test.correct, ours.test.num_samples, ours.train_samples) == \
+            (theirs.test.correct, theirs.test.num_samples, theirs.train_samples)
+        assert math.isclose(ours.test.auc, theirs.test.auc, rel_tol=1e-6)
+        assert math.isclose(ours.train_loss_sum, theirs.train_loss_sum, rel_tol=1e-5)
+
+
+def test_evaluation_falls_back_to_each_clients_own_where_it_differs(data_dir, tmp_path):
+    """A client class with its own evaluation (FedProto: nearest prototype) or models of different shapes
+    are evaluated client by client."""
+    from flcore.batched.evaluation import evaluates_as_base, same_structure
+    from flcore.clients.clientproto import clientProto
+    assert evaluates_as_base(clientAVG) and not evaluates_as_base(clientProto)
+    server = server_for(data_dir, tmp_path, "-m", "DNN")
+    models = [c.model for c in server.clients]
+    assert same_structure(models)
+    assert not same_structure(models[:1] + [torch.nn.Linear(2, 2)])
 
 
 def test_ragged_epochs_small_clients_groups_and_decay(data_dir, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.executors import train_detached, without_data
+from flcore.executors import SequentialExecutor, train_detached, without_data
 from flcore.registry import valid_names
 from flcore.servers import serverbase
 from utils.result_utils import read_results
@@ -37,8 +37,9 @@ def test_a_client_trained_elsewhere_comes_back_by_its_state_and_its_update(data_
     assert train_detached(copy.deepcopy(shipped), keep_gradients=True)[1].gradients
 
 
-class TrainedElsewhere:
-    """Trains a copy of each client, as a Ray worker does, and brings back only its state and its update."""
+class TrainedElsewhere(SequentialExecutor):
+    """Trains a copy of each client, as a Ray worker does, and brings back only its state and its update
+    (evaluation in this process, as there)."""
 
     def train(self, clients):
         results = []
@@ -75,6 +76,7 @@ def test_every_algorithm_trained_elsewhere_equals_sequential(name, data_dir, tmp
         assert same, array
 
 
+@pytest.mark.xdist_group("ray")  # the worker that runs the other Ray tests (tests/test_ray_failures.py)
 @pytest.mark.parametrize("algorithm", ["FedLAG", "SCAFFOLD"])
 def test_ray_with_two_workers_equals_sequential(algorithm, ray_session, data_dir, tmp_path):
     """Across processes: FedLAG (the mixin's scoring on updates that arrive as copies) and SCAFFOLD (an

@@ -40,6 +40,9 @@ from conftest import REPO, play_round, server_for  # noqa: E402
 from utils.accuracy_summary import summary_from_arrays  # noqa: E402
 from utils.result_utils import read_results  # noqa: E402
 
+# The simulation engine starts a local Ray: the same worker of a parallel test run as the other Ray tests.
+pytestmark = pytest.mark.xdist_group("ray")
+
 APP = REPO / "flower"
 BIN = Path(sys.executable).parent  # this interpreter's flwr, flower-superlink, flower-supernode
 ROUNDS, NODES, TOP_K = 2, 2, 2

@@ -25,6 +25,9 @@ from flcore.registry import resolve
 from flcore.servers.serverbase import RunError
 from utils.result_utils import read_results
 
+# Every test here starts or stops a local Ray: one worker of a parallel test run takes them all, in turn.
+pytestmark = pytest.mark.xdist_group("ray")
+
 MAIN = REPO / "system" / "main.py"
 TIMING = {"rs_round_time"}
 FedAvg = resolve("FedAvg")[0]

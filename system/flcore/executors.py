@@ -12,18 +12,33 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.exchange import ClientUpdate
 from utils import progress
 from utils.data_utils import DatasetInfo, load_client_splits
+from utils.metrics import ClientEvaluation
 from utils.paths import REPO_ROOT, SYSTEM_DIR
 from utils.run_config import EXECUTORS, RunConfig
 
 _DATA_ATTRS = ("train_data", "test_data", "val_data")
+
+
+def evaluate_in_turn(clients: Sequence[Client],
+                     model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
+    """Each client's test statistics and summed train loss, one client after another in this process, of
+    its :meth:`~Client.evaluation_model` or of ``model_of(client)``."""
+    results = []
+    for client in clients:
+        model = None if model_of is None else model_of(client)
+        test = client.test_metrics(model=model)
+        results.append(ClientEvaluation(test, *client.train_metrics(model=model)))
+        progress.current().advance()
+    return results
 
 
 class SequentialExecutor:
@@ -36,6 +51,10 @@ class SequentialExecutor:
             updates.append(client.train())
             progress.current().advance()
         return updates
+
+    def evaluate_clients(self, clients: Sequence[Client],
+                         model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
+        return evaluate_in_turn(clients, model_of)
 
     def close(self) -> None:
         pass
@@ -167,6 +186,11 @@ class RayExecutor:
         for client in clients:
             client.set_state(trained[client.id][0])
         return [trained[client.id][1] for client in clients]
+
+    def evaluate_clients(self, clients: Sequence[Client],
+                         model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
+        """In the driver, which holds every client's state between rounds."""
+        return evaluate_in_turn(clients, model_of)
 
     def _replace(self, slot: int) -> None:
         """Put a new actor in ``slot``, refusing when the cluster has no live node to place it on."""

@@ -16,12 +16,26 @@ class ClientTestStats:
 
 
 @dataclass(frozen=True)
+class ClientEvaluation:
+    """One client's share of an evaluation: its test statistics and its train loss, summed."""
+    test: ClientTestStats
+    train_loss_sum: float
+    train_samples: int
+
+
+@dataclass(frozen=True)
 class Summary:
     accuracy: float      # sum(correct) / sum(n): sample-weighted mean over all clients
     auc: float           # per-client AUC weighted by test samples
     train_loss: float    # sum(loss * n) / sum(n) over train sets
     accuracy_std: float  # unweighted std of per-client accuracies (PFLlib's "Std")
     client_accuracy: np.ndarray
+
+
+def test_stats(logits: torch.Tensor, labels: torch.Tensor) -> ClientTestStats:
+    """A client's accuracy count and AUC from its model's outputs on its test set."""
+    correct = int((logits.argmax(dim=1) == labels).sum())
+    return ClientTestStats(correct, len(labels), micro_auc(logits, labels, logits.shape[1]))
 
 
 def summarize(test: Sequence[ClientTestStats], train_loss_sums: Sequence[float],

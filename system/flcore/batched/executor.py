@@ -2,7 +2,8 @@
 
 Clients are sorted by their number of minibatches and trained in groups of ``--batch_clients`` (0: all of
 the round's clients at once, but see :func:`one_at_a_time_here`); each group is one stacked model and one
-vmapped step per minibatch (:mod:`flcore.batched.engine`). The trained state lands in the server's client
+vmapped step per minibatch (:mod:`flcore.batched.engine`); evaluation groups them the same way
+(:mod:`flcore.batched.evaluation`). The trained state lands in the server's client
 objects in place, and each client's :meth:`~flcore.clients.clientbase.Client.upload` is then the round's
 update, as it is after sequential training.
 
@@ -17,15 +18,17 @@ from typing import List, Optional, Sequence
 import torch
 
 from flcore.batched.engine import EngineError, train_group
+from flcore.batched.evaluation import evaluate_group, evaluates_as_base, same_structure
 from flcore.batched.functional import FunctionalNet
 from flcore.batched.schedule import order_key
 from flcore.batched.stacking import StackedData
 from flcore.batched.support import Recipe, client_problem, model_problem, recipe_of
 from flcore.clients.clientbase import DivergenceError
 from flcore.exchange import ClientUpdate
-from flcore.executors import SequentialExecutor
+from flcore.executors import SequentialExecutor, evaluate_in_turn
 from flcore.trainmodel.models import CONVOLUTIONAL
 from utils import progress
+from utils.metrics import ClientEvaluation
 
 
 def _config_error(message: str) -> Exception:
@@ -68,7 +71,8 @@ class BatchedExecutor:
                   "where that is faster; --batch_clients N forces the batched engine")
         # Uploads carry the last minibatch's gradients only when they are scored (FedLAG's last_batch).
         self.keep_grads = server.upload_needs_gradients()
-        self.data = StackedData()
+        self.data = StackedData("train_data")
+        self.test_data = StackedData("test_data")
         self.net: Optional[FunctionalNet] = None
 
     def train(self, clients: Sequence) -> List[ClientUpdate]:
@@ -95,6 +99,27 @@ class BatchedExecutor:
             progress.current().advance(len(group))
         return [client.upload() for client in clients]
 
+    def evaluate_clients(self, clients: Sequence, model_of=None) -> List[ClientEvaluation]:
+        """The clients' test statistics and train losses, in groups of ``batch_clients`` (0: all at once)
+        when they keep the base client's evaluation on models of one structure; otherwise (and for a
+        convolutional model on a CPU, as in training) one client at a time."""
+        if self.one_at_a_time or not clients or len({type(c) for c in clients}) != 1 \
+                or not evaluates_as_base(type(clients[0])) \
+                or not all(len(c.test_data) and len(c.train_data) for c in clients):
+            return evaluate_in_turn(clients, model_of)
+        models = [c.evaluation_model() if model_of is None else model_of(c) for c in clients]
+        if not same_structure(models):
+            return evaluate_in_turn(clients, model_of)
+        net = FunctionalNet(models[0])
+        size = self.batch_clients or len(clients)
+        results: List[ClientEvaluation] = []
+        for start in range(0, len(clients), size):
+            group = slice(start, start + size)
+            results += evaluate_group(clients[group], models[group], net, self.test_data, self.data,
+                                      self.server.clients)
+            progress.current().advance(len(clients[group]))
+        return results
+
     def _recipe(self, clients: Sequence) -> Recipe:
         classes = {type(c) for c in clients}
         if len(classes) != 1:
@@ -106,5 +131,5 @@ class BatchedExecutor:
         return entry
 
     def close(self) -> None:
-        self.data = StackedData()
+        self.data, self.test_data = StackedData("train_data"), StackedData("test_data")
         self.net = None

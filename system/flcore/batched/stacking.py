@@ -1,5 +1,5 @@
 """Client state along a client axis: models stacked for the batched steps and written back in place,
-and the train data of every client in one tensor on the device."""
+and one split of every client's data in one tensor on the device."""
 from __future__ import annotations
 
 from typing import Dict, List, Mapping, Sequence, Tuple
@@ -49,20 +49,22 @@ def _channels_last(x: torch.Tensor) -> bool:
 
 
 class StackedData:
-    """Every client's train data concatenated on the device once, with each client's first row.
+    """One split (``train_data`` or ``test_data``) of every client concatenated on the device once, with
+    each client's first row.
 
     Rebuilt only when a client's data tensors are not the ones it was built from (or a client is new),
     so across rounds the data is gathered once per engine, not once per round.
     """
 
-    def __init__(self):
+    def __init__(self, split: str = "train_data"):
+        self.split = split
         self.x = self.y = None
         self._rows: Dict[int, int] = {}
         self._sources: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _current(self, client) -> bool:
-        source = self._sources.get(client.id)
-        return source is not None and source[0] is client.train_data.x and source[1] is client.train_data.y
+        source, data = self._sources.get(client.id), getattr(client, self.split)
+        return source is not None and source[0] is data.x and source[1] is data.y
 
     def offsets(self, clients: Sequence, everyone: Sequence = ()) -> List[int]:
         """The first row of each of ``clients``; (re)built over ``everyone`` and ``clients`` when needed."""
@@ -74,8 +76,8 @@ class StackedData:
 
     def _build(self, clients: Sequence) -> None:
         self.x = self.y = None  # free the old copy before the new one is made
-        xs = [c.train_data.x for c in clients]
-        ys = [c.train_data.y for c in clients]
+        xs = [getattr(c, self.split).x for c in clients]
+        ys = [getattr(c, self.split).y for c in clients]
         x = torch.cat(xs)
         self.x = x.contiguous(memory_format=torch.channels_last) if _channels_last(xs[0]) else x
         self.y = torch.cat(ys)
@@ -83,4 +85,4 @@ class StackedData:
         for client, part in zip(clients, ys):
             self._rows[client.id] = start
             start += int(part.shape[0])
-        self._sources = {c.id: (c.train_data.x, c.train_data.y) for c in clients}
+        self._sources = {c.id: (getattr(c, self.split).x, getattr(c, self.split).y) for c in clients}

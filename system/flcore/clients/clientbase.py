@@ -25,7 +25,7 @@ from flcore.algorithm_flags import Hyperparameters
 from flcore.exchange import ClientUpdate
 from flcore.state import export_attrs, import_attrs
 from utils.data_utils import ClientData
-from utils.metrics import ClientTestStats, micro_auc
+from utils.metrics import ClientTestStats, test_stats
 from utils.run_config import RunConfig
 from utils.seeding import client_generator
 
@@ -191,9 +191,7 @@ class Client:
         set; the server passes the validation set)."""
         model = self.evaluation_model() if model is None else model
         model.eval()
-        logits, labels = self._predict(model, self.test_data if data is None else data)
-        correct = int((logits.argmax(dim=1) == labels).sum())
-        return ClientTestStats(correct, len(labels), micro_auc(logits, labels, logits.shape[1]))
+        return test_stats(*self._predict(model, self.test_data if data is None else data))
 
     @torch.inference_mode()
     def train_metrics(self, model: Optional[nn.Module] = None) -> Tuple[float, int]:

@@ -20,7 +20,7 @@ from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
 from utils.data_utils import ClientData
-from utils.metrics import ClientTestStats, micro_auc
+from utils.metrics import ClientTestStats, test_stats
 
 
 def prototype_distances(features: torch.Tensor, prototypes: ClassVectors) -> torch.Tensor:
@@ -115,6 +115,6 @@ class clientProto(Client):
         self.model.eval()
         distances = torch.cat([prototype_distances(self.model.base(x), self.global_prototypes)
                                for x, _ in data.eval_batches(EVAL_BATCH_SIZE)])
-        correct = int((distances.argmin(dim=1) == labels).sum())
-        # Scores for the AUC: softmax of the negative distances (absent classes get probability 0).
-        return ClientTestStats(correct, len(labels), micro_auc(-distances, labels, distances.shape[1]))
+        # The nearest prototype is the largest negative distance; its softmax is the AUC's score (absent
+        # classes get probability 0).
+        return test_stats(-distances, labels)

@@ -323,15 +323,9 @@ class Server:
         client's :meth:`~Client.evaluation_model` or of ``model_of(client)`` (Ditto's global model)."""
         clients = self.clients if clients is None else clients
         progress.current().begin("evaluate", len(clients))
-        test, losses, counts = [], [], []
-        for c in clients:
-            model = None if model_of is None else model_of(c)
-            test.append(c.test_metrics(model=model))
-            loss, count = c.train_metrics(model=model)
-            losses.append(loss)
-            counts.append(count)
-            progress.current().advance()
-        summary = summarize(test, losses, counts)
+        results = self.executor.evaluate_clients(clients, model_of)
+        summary = summarize([r.test for r in results], [r.train_loss_sum for r in results],
+                            [r.train_samples for r in results])
         self.record(f"{prefix}_test_acc", summary.accuracy)
         self.record(f"{prefix}_test_auc", summary.auc)
         self.record(f"{prefix}_train_loss", summary.train_loss)
