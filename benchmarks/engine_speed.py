@@ -17,9 +17,9 @@ from ``../shared/data/*.npz`` with the project's generators when missing (``--da
 builds them from a seeded sample of N images instead (a round of the same steps, N / all as long). Each
 executor runs ``--rounds`` rounds; round 0 (evaluation, warm-up) is left out and the median of the
 others is reported, with the time spent in ``train_clients`` alone; after the rounds, one evaluation
-of every client (batched as well under ``--executor batched``, its data already on the device) is timed. ``--rounds 1`` (for a round that
-takes many minutes, as CIFAR-10 / ResNet9 on a CPU) times round 0 itself: its s/round then includes the
-evaluation, so the speed-up is taken from the training time. Evaluation runs in round 0 only
+of every client (batched as well under ``--executor batched``, its data already on the device) is
+timed. ``--rounds 1`` (for a round that takes many minutes, as CIFAR-10 / ResNet9 on a CPU) times round
+0 itself: its s/round then includes the evaluation, so the speed-up is taken from the training time. Evaluation runs in round 0 only
 (``-eg`` past the last round), so the rounds timed are training, upload and aggregation. The final
 accuracy (the last global model on every client's test set) is a sanity check: the executors train the
 same clients on the same batches.
@@ -153,9 +153,9 @@ def run_one(setting: Setting, executor: str, opts, results: Path,
     server.send_models()  # the final global model, as the next round would evaluate it
     if executor == "batched":  # evaluate as the run did (Ray's evaluation is the driver's, client by client)
         server.executor = make_executor(server, args)
+        server.evaluate(prefix="rs_bench")  # untimed: the first call gathers each split on the device
     evaluations: List[float] = []
     timed(server, "evaluate", evaluations, args.device)
-    server.evaluate(prefix="rs_bench")  # the first call gathers each split on the device
     accuracy = server.evaluate(prefix="rs_bench").accuracy
     server.executor.close()
     device = args.device
@@ -163,7 +163,7 @@ def run_one(setting: Setting, executor: str, opts, results: Path,
     gc.collect()
     if device.startswith("cuda") and torch.cuda.is_available():
         torch.cuda.empty_cache()  # the next executor starts from an empty device
-    return (statistics.median(rounds), statistics.median(training[1:] or training), evaluations[1], accuracy,
+    return (statistics.median(rounds), statistics.median(training[1:] or training), evaluations[0], accuracy,
             device)
 
 
@@ -177,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--quick", action="store_true", help="Digits / DNN and CNN, 20 clients (a CPU check)")
     cli.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    cli.add_argument("--rounds", type=int, default=3, help="rounds per run; the first is not timed unless it is the only one")
+    cli.add_argument("--rounds", type=int, default=3,
+                     help="rounds per run; the first is not timed unless it is the only one")
     cli.add_argument("--threads", type=int, default=1,
                      help="torch intra-op threads (0 = torch's default); 1 on a shared CPU")
     cli.add_argument("--batch_clients", type=int, nargs="+", default=[0],

@@ -51,9 +51,6 @@ class TrainedElsewhere(SequentialExecutor):
             client.set_state(state)
         return [update for _, update in results]
 
-    def close(self):
-        pass
-
 
 ELSEWHERE = [name for name in valid_names() if not name.endswith("+LAG")] + ["FedRep+LAG", "FedAS+LAG"]
 

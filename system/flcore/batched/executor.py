@@ -55,8 +55,9 @@ def one_at_a_time_here(model: str, device: torch.device) -> bool:
 
 class BatchedExecutor:
     """Trains each round's selected clients in groups of ``batch_clients``. 0 chooses: every client of the
-    round at once, except a channels-last (convolutional image) model on a CPU, which trains one client at a time through its
-    own ``train()`` (:func:`one_at_a_time_here`); a number forces the batched engine on any device."""
+    round at once, except a channels-last (convolutional image) model on a CPU, which trains one client at
+    a time through its own ``train()`` (:func:`one_at_a_time_here`); a number forces the batched engine on
+    any device."""
 
     def __init__(self, server, batch_clients: int = 0):
         self.server = server
@@ -71,9 +72,7 @@ class BatchedExecutor:
                   "where that is faster; --batch_clients N forces the batched engine")
         # Uploads carry the last minibatch's gradients only when they are scored (FedLAG's last_batch).
         self.keep_grads = server.upload_needs_gradients()
-        self.data = StackedData("train_data")
-        self.test_data = StackedData("test_data")
-        self.net: Optional[FunctionalNet] = None
+        self._empty_caches()
 
     def train(self, clients: Sequence) -> List[ClientUpdate]:
         if self.one_at_a_time:
@@ -130,6 +129,11 @@ class BatchedExecutor:
             raise _config_error(client_problem(type(clients[0]), self.server.algorithm))
         return entry
 
-    def close(self) -> None:
+    def _empty_caches(self) -> None:
+        """What the engine holds on the device, empty: each split's data is gathered at first use, the
+        model template made from the first client trained."""
         self.data, self.test_data = StackedData("train_data"), StackedData("test_data")
-        self.net = None
+        self.net: Optional[FunctionalNet] = None
+
+    def close(self) -> None:
+        self._empty_caches()
