@@ -19,8 +19,9 @@ executor runs ``--rounds`` rounds; round 0 (evaluation, warm-up) is left out and
 others is reported, with the time spent in ``train_clients`` alone; after the rounds, one evaluation
 of every client (batched as well under ``--executor batched``, its data already on the device) is
 timed. ``--rounds 1`` (for a round that takes many minutes, as CIFAR-10 / ResNet9 on a CPU) times round
-0 itself: its s/round then includes the evaluation, so the speed-up is taken from the training time. Evaluation runs in round 0 only
-(``-eg`` past the last round), so the rounds timed are training, upload and aggregation. The final
+0 itself: its s/round then includes the evaluation, so the speed-up is taken from the training time.
+Evaluation runs in round 0 only (``-eg`` past the last round), so the rounds timed are training, upload
+and aggregation. The final
 accuracy (the last global model on every client's test set) is a sanity check: the executors train the
 same clients on the same batches.
 
