@@ -16,8 +16,11 @@ mean ± std over seeds. FedLAG appears four times: the default (``smoothed`` sch
 granularity, K = 1), the same rule with K = 2, the paper's rule (``every_round``, tensor granularity,
 K = 2) and the authors' rule (``warmup``, tensor granularity, K = 2). ``X+LAG`` runs use the default
 rule; K counts X's own personal layers, so FedRep, FedROD and FedAS (personal heads) also run with
-K = 2, one extra shared layer made personal. Runs are skipped when their complete ``.h5`` exists, so an
-interrupted benchmark resumes. Writes ``table.md`` and ``curves_<data>.png`` next to the runs.
+K = 2, one extra shared layer made personal. Ditto and Ditto+LAG run at PFLlib's default ``-mu 0``,
+where the personal models Ditto reports are Local training's whatever LAG does to the global model,
+and at ``-mu 1``, where they are pulled towards it. Runs are skipped when their complete ``.h5``
+exists, so an interrupted benchmark resumes. Writes ``table.md`` and ``curves_<data>.png`` next to
+the runs.
 """
 from __future__ import annotations
 
@@ -51,7 +54,10 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedROD": ("FedROD", (), "base"),
     "FedAS": ("FedAS", (), "base"),
     "FedDBE": ("FedDBE", (), "base"),
-    "Ditto": ("Ditto", (), "base"),
+    # PFLlib's default -mu 0 leaves Ditto's personal models unpulled: Local training, which LAG (acting on
+    # the global model) cannot change. -mu 1 is in the middle of the grid Ditto's paper tunes over.
+    "Ditto, mu=0 (Local)": ("Ditto", (), "base"),
+    "Ditto, mu=1": ("Ditto", ("-mu", "1"), "mu1"),
     "FedLAG paper rule (every_round, tensor, K=2)": ("FedLAG", PAPER, "paper"),
     "FedLAG authors' rule (warmup, tensor, K=2)": ("FedLAG", AUTHORS, "authors"),
     "FedLAG smoothed, module, K=2": ("FedLAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
@@ -65,7 +71,8 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedROD+LAG, K=2": ("FedROD+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedAS+LAG, K=2": ("FedAS+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedDBE+LAG": ("FedDBE+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
-    "Ditto+LAG": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
+    "Ditto+LAG, mu=0 (Local)": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
+    "Ditto+LAG, mu=1": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1", "-mu", "1"), "k1mu1"),
 }
 DROP_AFTER = 5  # the first rounds move fast for every method; a drop there is not forgetting
 
@@ -149,7 +156,7 @@ def plot(curves: dict, out: Path, datasets: Sequence[str], jrs: Sequence[float])
         for ax, jr in zip(axes[0], jrs):
             for index, label in enumerate(METHODS):
                 acc = curves.get((dataset, jr, label))
-                if acc is None or "+LAG" in label or label == "Ditto":
+                if acc is None or "+LAG" in label or label.startswith("Ditto, mu=0"):
                     continue
                 style = "-" if label.startswith("FedLAG") else ":"
                 ax.plot(100 * acc, style, label=label, color=f"C{index % 10}",  # one colour per method in every panel

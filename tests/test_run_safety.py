@@ -311,6 +311,14 @@ def test_zero_local_epochs_is_warned_about(data_dir, tmp_path, capsys):
     assert code == 0 and "warning: -ls/--local_epochs 0" in err
 
 
+@pytest.mark.parametrize("algorithm,mu,warned", [("Ditto", "0", True), ("Ditto+LAG", "0", True),
+                                                 ("Ditto", "1", False), ("FedProx", "0", False)])
+def test_ditto_without_its_pull_is_warned_about(algorithm, mu, warned, data_dir, tmp_path, capsys):
+    # Ditto at PFLlib's default -mu 0 reports personal models that never meet the global one: Local.
+    code, _, err = run_main(cli(data_dir, tmp_path, "-algo", algorithm, "-mu", mu, "-gr", "0"), capsys)
+    assert code == 0 and ("warning: -mu 0 with Ditto" in err) == warned
+
+
 # ----- item 13: the divergence message under Ray -------------------------------------------------
 
 def test_a_divergence_error_keeps_its_message_across_processes():

@@ -20,7 +20,7 @@ import textwrap
 from typing import List, Optional, Sequence, Tuple
 
 from flcore.lag.flagfields import add_arguments
-from flcore.registry import unknown_name_message
+from flcore.registry import lag_base, unknown_name_message
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from utils.run_config import RunConfig
 
@@ -106,6 +106,10 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
     if config.local_epochs == 0:
         warnings.append("-ls/--local_epochs 0: clients run no local epochs, so only an algorithm's own extra "
                         "steps (e.g. FedRep's -pls head epochs) change any model")
+    if lag_base(config.algorithm) == "Ditto" and config.algorithm_flags.mu == 0:
+        # PFLlib's default -mu is 0; Ditto's paper tunes its pull over 0.05 to 2.
+        warnings.append("-mu 0 with Ditto: the personal models, which Ditto reports, are not pulled towards the "
+                        "global one, so the accuracy is that of Local training; set Ditto's pull with -mu (e.g. -mu 1)")
     gamma = config.learning_rate_decay_gamma
     if config.learning_rate_decay and math.isfinite(gamma) and gamma > 1:
         warnings.append(f"-ldg/--learning_rate_decay_gamma {gamma} > 1 with -ld: the learning rate grows with "
