@@ -21,9 +21,8 @@ of every client (batched as well under ``--executor batched``, its data already 
 timed. ``--rounds 1`` (for a round that takes many minutes, as CIFAR-10 / ResNet9 on a CPU) times round
 0 itself: its s/round then includes the evaluation, so the speed-up is taken from the training time.
 Evaluation runs in round 0 only (``-eg`` past the last round), so the rounds timed are training, upload
-and aggregation. The final
-accuracy (the last global model on every client's test set) is a sanity check: the executors train the
-same clients on the same batches.
+and aggregation. The final accuracy (the last global model on every client's test set) is a sanity
+check: the executors train the same clients on the same batches.
 
 Writes ``table.md`` under ``--out`` (default ``results/benchmarks/engine-speed``); the runs' ``.h5``
 files go to a temporary folder.
