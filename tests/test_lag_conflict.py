@@ -7,7 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from flcore.lag.conflict import (build_layers, conflict_count, conflict_scores, pairwise_cosines,
+from flcore.lag.conflict import (build_layers, conflict_count, conflict_scores, layer_evidence, pairwise_cosines,
                                  stack_layer_updates, top_k_layers)
 
 
@@ -67,6 +67,46 @@ def test_gram_matrix_equals_the_pairwise_loop(m, d, seed, zero_rows, xi):
     cos, _ = pairwise_cosines(updates)
     assume(bool(((cos - xi).abs() > 1e-9).all()))  # keep clear of the threshold itself
     assert conflict_count(updates, xi) == naive_count(updates, xi)
+
+
+def naive_evidence(layers, xi):
+    """Per layer: pairs, cosine sum; per pair of layers: common pairs, sum and sum of squares of the gap
+    cos_b - cos_a; all by a loop over client pairs."""
+    cosine = torch.nn.functional.cosine_similarity
+    width, m = len(layers), len(layers[0])
+    pairs, sums = [0] * width, [0.0] * width
+    common = [[0] * width for _ in range(width)]
+    gaps = [[0.0] * width for _ in range(width)]
+    squares = [[0.0] * width for _ in range(width)]
+    for u, v in itertools.combinations(range(m), 2):
+        cos = [None if (x[u].norm() == 0 or x[v].norm() == 0) else float(cosine(x[u], x[v], dim=0)) for x in layers]
+        for a in range(width):
+            if cos[a] is None:
+                continue
+            pairs[a] += 1
+            sums[a] += cos[a]
+            for b in range(width):
+                if cos[b] is not None:
+                    common[a][b] += 1
+                    gaps[a][b] += cos[b] - cos[a]
+                    squares[a][b] += (cos[b] - cos[a]) ** 2
+    return pairs, sums, common, gaps, squares
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(2, 8), seed=st.integers(0, 2**31 - 1), zero_rows=st.integers(0, 2))
+def test_the_evidence_from_gram_matrices_equals_the_pairwise_loop(m, seed, zero_rows):
+    g = torch.Generator().manual_seed(seed)
+    layers = [torch.randn(m, d, generator=g, dtype=torch.float64) for d in (3, 7, 1)]
+    layers[1][:min(zero_rows, m)] = 0   # zero updates in one layer only: its pairs drop out of that layer
+    evidence = layer_evidence(layers, 0.0)
+    pairs, sums, common, gaps, squares = naive_evidence(layers, 0.0)
+    assert evidence.pairs.tolist() == pairs
+    assert evidence.common_pairs.tolist() == common
+    assert torch.allclose(evidence.cosine_sums, torch.tensor(sums, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(evidence.gap_sums, torch.tensor(gaps, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(evidence.gap_squares, torch.tensor(squares, dtype=torch.float64), atol=1e-12)
+    assert evidence.conflicts.tolist() == [conflict_count(x, 0.0) for x in layers]
 
 
 def test_top_k_breaks_ties_by_layer_order_and_tolerates_large_k():

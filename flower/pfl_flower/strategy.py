@@ -94,7 +94,7 @@ class FedLagStrategy(FedAvg):
                         replies: Iterable[Message]) -> Tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         contents = self._collect(server_round, replies, "train")
         if not contents:
-            self.selector.observe(None, None, uploads=0)  # the round still gets its row
+            self.selector.observe(None, uploads=0)  # the round still gets its row
             self.history["round_time"].append(time.perf_counter() - self._round_start)
             return None, None
         states = [task.from_record(c["arrays"]) for c in contents]
@@ -106,8 +106,8 @@ class FedLagStrategy(FedAvg):
 
         # A single client has no pair to conflict with: the round is recorded, unscored.
         evidence = (layer_evidence(stack_layer_updates(updates, self.layers), self.lag.xi) if len(updates) >= 2
-                    else (None, None))
-        self.selector.observe(*evidence, uploads=len(updates))
+                    else None)
+        self.selector.observe(evidence, uploads=len(updates))
         for note in self.selector.notes:
             log(WARNING, "\t└──> %s", note)
         self.selector.notes.clear()

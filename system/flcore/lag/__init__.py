@@ -6,12 +6,12 @@ settings, and the rest of the project, are written in.
 
 Depends on torch only, so the folder can be copied into an upstream PFLlib checkout unchanged.
 """
-from .conflict import (Layer, build_layers, conflict_count, conflict_scores, layer_evidence, pairwise_cosines,
-                       top_k_layers)
+from .conflict import (Layer, LayerEvidence, build_layers, conflict_count, conflict_scores, layer_evidence,
+                       pairwise_cosines, top_k_layers)
 from .mixin import LayerConflictMixin, with_layer_conflict
-from .selector import LayerSelector, hysteresis_choice, top_k_positive
+from .selector import LayerSelector, evidence_choice, top_k_positive
 from .settings import LagError, LagSettings
 
-__all__ = ["Layer", "build_layers", "conflict_count", "conflict_scores", "layer_evidence", "pairwise_cosines",
-           "top_k_layers", "LagError", "LagSettings", "LayerSelector", "hysteresis_choice", "top_k_positive",
+__all__ = ["Layer", "LayerEvidence", "build_layers", "conflict_count", "conflict_scores", "layer_evidence", "pairwise_cosines",
+           "top_k_layers", "LagError", "LagSettings", "LayerSelector", "evidence_choice", "top_k_positive",
            "LayerConflictMixin", "with_layer_conflict"]

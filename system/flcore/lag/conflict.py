@@ -111,19 +111,64 @@ def conflict_scores(layer_updates: Sequence[torch.Tensor], xi: float) -> torch.T
     return torch.tensor([conflict_count(u, xi) for u in layer_updates], dtype=torch.int64)
 
 
-def _evidence(counted: Sequence[Tuple[torch.Tensor, torch.Tensor]], xi: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(GC_xi, valid pairs) per layer from each layer's ``(cosines, valid rows)``, as int64 vectors."""
-    return (torch.tensor([count_below(cos, valid, xi) for cos, valid in counted], dtype=torch.int64),
-            torch.tensor([valid_pairs(valid) for _, valid in counted], dtype=torch.int64))
+@dataclass(frozen=True)
+class LayerEvidence:
+    """One round's conflict evidence for L layers, from the cosines of every pair of non-zero updates.
+
+    ``conflicts[l]``: GC_xi of layer l (pairs with cosine < xi); ``pairs[l]``: the pairs it was counted
+    over; ``cosine_sums[l]``: the sum of those pairs' cosines (their mean says how far apart layer l's
+    updates point, not only on which side of xi). ``gap_sums[a, b]`` and ``gap_squares[a, b]``: the sum and
+    sum of squares, over the pairs scored in both layers (``common_pairs[a, b]`` of them), of
+    ``cos_b - cos_a``: how much more the same two clients disagree on layer a than on layer b. Layers are
+    compared pair for pair because their cosines move together (two clients with different labels
+    disagree on every layer), so the paired difference is far less noisy than either mean.
+    """
+    conflicts: torch.Tensor    # (L,) int64
+    pairs: torch.Tensor        # (L,) int64
+    cosine_sums: torch.Tensor  # (L,) float64
+    gap_sums: torch.Tensor     # (L, L) float64
+    gap_squares: torch.Tensor  # (L, L) float64
+    common_pairs: torch.Tensor  # (L, L) int64
+
+    def mean_cosines(self) -> torch.Tensor:
+        """The round's mean pairwise cosine per layer (float64), NaN where no pair was scored."""
+        pairs = self.pairs.double()
+        return torch.where(pairs > 0, self.cosine_sums / pairs.clamp(min=1), torch.full_like(pairs, float("nan")))
+
+
+def evidence_from_cosines(counted: Sequence[Tuple[torch.Tensor, torch.Tensor]], xi: float) -> LayerEvidence:
+    """:class:`LayerEvidence` from each layer's ``(m x m cosines, m valid rows)`` over the same m clients."""
+    upper = None
+    cosines, masks = [], []
+    for cos, valid in counted:
+        if upper is None:
+            upper = torch.ones_like(cos, dtype=torch.bool).triu(diagonal=1)
+        both = valid.unsqueeze(0) & valid.unsqueeze(1)
+        cosines.append(cos[upper].double())
+        masks.append(both[upper])
+    if not counted:
+        empty = torch.zeros(0, dtype=torch.int64)
+        square = torch.zeros((0, 0), dtype=torch.float64)
+        return LayerEvidence(empty, empty, empty.double(), square, square, square.long())
+    mask = torch.stack(masks).double()                     # (L, P): 1 where the pair is scored in layer l
+    values = torch.stack(cosines) * mask                   # (L, P): the scored cosines, 0 elsewhere
+    squares = values * values
+    common = mask @ mask.T
+    # sum over common pairs of (cos_b - cos_a) and of its square, for every (a, b), as matrix products.
+    gap_sums = mask @ values.T - values @ mask.T
+    gap_squares = mask @ squares.T - 2 * (values @ values.T) + squares @ mask.T
+    conflicts = torch.stack([((c < xi) & m) for c, m in zip(cosines, masks)]).sum(dim=1)
+    return LayerEvidence(conflicts.to(torch.int64), mask.sum(dim=1).round().to(torch.int64), values.sum(dim=1),
+                         gap_sums, gap_squares.clamp(min=0), common.round().to(torch.int64))
 
 
 def layer_evidence_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
-                            rows: Sequence[int] | None = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, parameters)`` matrix.
+                            rows: Sequence[int] | None = None) -> LayerEvidence:
+    """Every layer's :class:`LayerEvidence` from one ``(clients, parameters)`` matrix.
 
     The matrix's columns are the flat model; ``spans[l]`` lists the column ranges of layer l (a single
     range is used as a strided view, so no per-layer copy is made). ``rows`` restricts the count to some
-    clients (all by default). Both results are int64 vectors, one entry per layer.
+    clients (all by default).
     """
     index = None if rows is None else torch.as_tensor(list(rows), dtype=torch.long, device=updates.device)
     counted = []
@@ -134,18 +179,18 @@ def layer_evidence_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tupl
         if index is not None:
             gram = gram[index][:, index]
         counted.append(gram_cosines(gram))
-    return _evidence(counted, xi)
+    return evidence_from_cosines(counted, xi)
 
 
-def layer_evidence(layer_updates: Sequence[torch.Tensor], xi: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per layer, (GC_xi, pairs of non-zero updates) from one ``(clients, layer_size)`` matrix per layer."""
-    return _evidence([pairwise_cosines(u) for u in layer_updates], xi)
+def layer_evidence(layer_updates: Sequence[torch.Tensor], xi: float) -> LayerEvidence:
+    """Every layer's :class:`LayerEvidence` from one ``(clients, layer_size)`` matrix per layer."""
+    return evidence_from_cosines([pairwise_cosines(u) for u in layer_updates], xi)
 
 
 def conflict_scores_in_spans(updates: torch.Tensor, spans: Sequence[Sequence[Tuple[int, int]]], xi: float,
                              rows: Sequence[int] | None = None) -> torch.Tensor:
     """GC_xi per layer (see :func:`layer_evidence_in_spans`)."""
-    return layer_evidence_in_spans(updates, spans, xi, rows)[0]
+    return layer_evidence_in_spans(updates, spans, xi, rows).conflicts
 
 
 def top_k_layers(scores: torch.Tensor, k: int) -> List[int]:

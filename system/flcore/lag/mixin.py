@@ -120,8 +120,8 @@ class LayerConflictMixin:
             self._lag_spans = [self._lag_layer_spans(layer) for layer in self.lag_layers]
         rows = self._lag_collect_updates(uploads)
         evidence = (layer_evidence_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows)
-                    if len(rows) >= 2 else (None, None))
-        self.lag_selector.observe(*evidence, uploads=len(rows))
+                    if len(rows) >= 2 else None)
+        self.lag_selector.observe(evidence, uploads=len(rows))
         self._lag_say_notes()
 
     def _lag_collect_updates(self, uploads: Sequence) -> List[int]:
@@ -260,7 +260,7 @@ class LayerConflictMixin:
         if self.lag_selector is None:
             empty = torch.zeros((self._lag_unscored_before, 0))
             return {"lag_layer_names": [], "lag_conflict_scores": empty.long(), "lag_pairs": empty.long(),
-                    "lag_personal": empty.bool(),
+                    "lag_mean_cosines": empty.double(), "lag_personal": empty.bool(),
                     "lag_num_uploads": torch.zeros(self._lag_unscored_before, dtype=torch.int64),
                     "lag_scored": torch.zeros(self._lag_unscored_before, dtype=torch.bool)}
         return self.lag_selector.result_arrays(unscored_before=self._lag_unscored_before)

@@ -35,7 +35,8 @@ class LagSettings:
     xi: float = flag("--lag_xi", default=0.0, minimum=-1, maximum=0, run_key="lag-xi",
                      help="cosine threshold xi in [-1, 0]; a pair conflicts when cos < xi")
     schedule: str = flag("--lag_schedule", default="smoothed", choices=SCHEDULES, run_key="lag-schedule", help=(
-        "smoothed: decayed conflict rate with hysteresis; every_round: the paper's rule (each round's top-K); "
+        "smoothed: decayed mean cosine, a personal layer replaced only on evidence; every_round: the paper's "
+        "rule (each round's top-K); "
         "warmup: the authors' code (sum W rounds, then freeze)"))
     # Left out on the command line it depends on -gr: from_args fills in min(gr // 2, 30).
     warmup: int = flag("--lag_warmup", default=30, type=int, minimum=0, command_line_default=None, run_key="lag-warmup",
@@ -46,8 +47,9 @@ class LagSettings:
         "update scored: parameters after minus before local training, or the last batch's gradient"))
     decay: float = flag("--lag_decay", default=0.9, above=0, maximum=1, run_key="lag-decay", help=(
         "smoothed: weight kept by the evidence so far at each scored round, in (0, 1]"))
-    margin: float = flag("--lag_margin", default=0.1, minimum=0, run_key="lag-margin", help=(
-        "smoothed: lead in conflict rate a layer needs to displace a personal one"))
+    margin: float = flag("--lag_margin", default=2.0, minimum=0, run_key="lag-margin", help=(
+        "smoothed: standard errors by which a layer's cosines must lie below a personal layer's, pair for "
+        "pair, to displace it"))
 
     @classmethod
     def from_args(cls, args) -> "LagSettings":
