@@ -47,9 +47,9 @@ sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from flcore.executors import make_executor  # noqa: E402
-from flcore.runner import build_server, prepare  # noqa: E402
-from utils.options import parse_args  # noqa: E402
+from app.build import build_server, prepare  # noqa: E402
+from app.options import parse_args  # noqa: E402
+from app.run import FederatedRun, make_executor  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 SOURCES = {"MNIST": ("generate_MNIST.py", SHARED / "mnist-70k.npz"),
@@ -148,7 +148,7 @@ def run_one(setting: Setting, executor: str, opts, results: Path,
     server = build_server(args)
     training: List[float] = []
     timed(server, "train_clients", training, args.device)
-    server.train()
+    FederatedRun(server).execute()
     rounds = server.history["rs_round_time"][1:] or server.history["rs_round_time"]
     server.send_models()  # the final global model, as the next round would evaluate it
     if executor == "batched":  # evaluate as the run did (Ray's evaluation is the driver's, client by client)

@@ -96,8 +96,9 @@ def gram_vs_loop() -> None:
 
 
 def round_share() -> None:
-    from flcore.runner import build_server, prepare
-    from utils.options import parse_args
+    from app.build import build_server, prepare
+    from app.run import FederatedRun
+    from app.options import parse_args
     config, _ = prepare(parse_args(["-algo", "FedLAG", "-data", "MNIST", "-m", "CNN", "-gr", "0", "-dev", "cpu",
                                     "-go", "bench"]))
     server = build_server(config)
@@ -119,7 +120,7 @@ def round_share() -> None:
     Server.receive_models = timed("receive (base)", base_receive)
     try:
         start = time.perf_counter()
-        server.train()
+        FederatedRun(server).execute()
         total = time.perf_counter() - start
     finally:
         Server.send_models, Server.receive_models = base_send, base_receive

@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from flcore.runner import build_server, prepare
-from utils.options import parse_args
+from app.build import build_server, prepare
+from app.options import parse_args
+from app.run import FederatedRun
 config, _ = prepare(parse_args(sys.argv[2:]))
 server = build_server(config)
 spent = []
@@ -38,7 +39,7 @@ def timed(clients):
     original(clients)
     spent.append(time.perf_counter() - start)
 server.train_clients = timed
-server.train()
+FederatedRun(server).execute()
 print("RESULT " + json.dumps({"train": spent, "acc": list(map(float, server.rs_test_acc))}))
 """
 

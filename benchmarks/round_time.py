@@ -26,8 +26,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from flcore.runner import build_server, prepare  # noqa: E402
-from utils.options import parse_args  # noqa: E402
+from app.build import build_server, prepare  # noqa: E402
+from app.options import parse_args  # noqa: E402
+from app.run import FederatedRun  # noqa: E402
 
 PHASES = ("select_clients", "send_models", "evaluate", "train_clients", "receive_models",
           "aggregate_parameters")
@@ -104,7 +105,7 @@ def main() -> None:
     totals = defaultdict(float)
     time_phases(server, totals)
     start = time.perf_counter()
-    server.train()
+    FederatedRun(server).execute()
     total = time.perf_counter() - start
     per_round = total / opts.rounds
     train_samples = sum(c.train_samples for c in server.clients)

@@ -23,15 +23,14 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+from app.build import build_run, prepare  # noqa: E402
+from app.config import RunConfig  # noqa: E402
+from app.options import parse_args, setup_problems  # noqa: E402
 from flcore.lag.mixin import LagError  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
-from flcore.runner import build_server, prepare  # noqa: E402
-from flcore.servers.serverbase import ConfigError  # noqa: E402
 from utils.accuracy_summary import AccuracySummary  # noqa: E402
-from utils.errors import UserError  # noqa: E402
-from utils.options import parse_args, setup_problems  # noqa: E402
+from utils.errors import ConfigError, UserError  # noqa: E402
 from utils.paths import display_path  # noqa: E402
-from utils.run_config import RunConfig  # noqa: E402
 
 # Printed as one line, exit status 2. LagError stands beside UserError because flcore/lag/ imports
 # only torch (it drops into a PFLlib checkout unchanged).
@@ -53,12 +52,12 @@ def run(config: RunConfig) -> None:
     for i in range(config.prev, config.times):
         print(f"\n=== run {i} (seed {config.seed + i}) ===")
         start = time.perf_counter()
-        server = build_server(config, i)
-        server.train()
-        s = server.accuracy_summary()
+        federated_run = build_run(config, i)
+        federated_run.execute()
+        s = federated_run.accuracy_summary()
         summaries.append(s)
         print(f"best accuracy {s.best:.4f} | final {s.final:.4f} | {last_k_label(s)} {s.last_k_mean:.4f} | "
-              f"{time.perf_counter() - start:.1f} s | results in {display_path(server.results_file())}")
+              f"{time.perf_counter() - start:.1f} s | results in {display_path(federated_run.results_file)}")
         optional = optional_statistics_line(s)
         if optional:
             print(optional)

@@ -1,6 +1,7 @@
 """Shared fixtures: small datasets built in temporary folders, and argument helpers."""
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Iterable
 
@@ -15,10 +16,11 @@ import torch
 TEST_THREADS = 1
 torch.set_num_threads(TEST_THREADS)
 
+from app.build import build_server, hyperparameters, prepare
+from app.options import parse_args
+from app.run import FederatedRun, run_results_file
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.aggregation import named_tensors
-from flcore.runner import build_server, hyperparameters, prepare
-from utils.options import parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,8 +91,36 @@ def cli(data_dir: Path, results_dir: Path, *extra: str) -> list[str]:
 
 
 def server_for(data_dir: Path, results_dir: Path, *extra: str, run: int = 0):
+    """The server ``main.py`` would build for these flags; resumed (by its :func:`run_of`) with ``--resume``."""
     config, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
-    return build_server(config, run)
+    server = build_server(config, run)
+    if config.resume:
+        note = run_of(server).resume()
+        if note:
+            print(f"note: {note}")
+    return server
+
+
+_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def run_of(server) -> FederatedRun:
+    """The one :class:`FederatedRun` driving ``server`` in a test (what it resumed is kept for its rounds)."""
+    if server not in _RUNS:
+        _RUNS[server] = FederatedRun(server)
+    return _RUNS[server]
+
+
+def train(server) -> FederatedRun:
+    """Run the remaining rounds of ``server`` as ``main.py`` does (lock, loop, results); returns its run."""
+    federated_run = run_of(server)
+    federated_run.execute()
+    return federated_run
+
+
+def results_file(server) -> Path:
+    """Where ``server``'s run writes its .h5."""
+    return run_results_file(server.config, server.times)
 
 
 def state_equal(a: dict, b: dict, names: Iterable[str] | None = None) -> bool:
@@ -112,7 +142,7 @@ def _same(x, y) -> bool:
 def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str, head_split: bool = True):
     """A server of an arbitrary class (e.g. one defined in a test) on the 'Toy' data."""
     from flcore.trainmodel.models import build_model, split_head
-    from utils.data_utils import dataset_info
+    from utils.datasets import dataset_info
     from utils.seeding import seed_everything
     config, _ = prepare(parse_args(cli(data_dir, results_dir, *extra)))
     seed_everything(config.seed)
@@ -230,9 +260,9 @@ def train_and_compare(first, second):
     """Train two servers and assert that their accuracy arrays are bit-identical; returns both runs'
     ``(arrays, attrs)`` for further checks."""
     from utils.result_utils import read_results
-    first.train()
-    second.train()
-    a, b = read_results(first.results_file()), read_results(second.results_file())
+    train(first)
+    train(second)
+    a, b = read_results(results_file(first)), read_results(results_file(second))
     for name in ACCURACY_ARRAYS:
         assert np.array_equal(a[0][name], b[0][name]), name
     return a, b

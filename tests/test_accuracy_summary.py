@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import main
-from conftest import cli, server_for
+from conftest import cli, server_for, train, results_file
 from utils.accuracy_summary import final_client_accuracy, summarize_accuracy, summary_from_arrays, worst_count
 from utils.result_utils import read_results
 
@@ -68,8 +68,8 @@ def test_final_client_accuracy_is_the_last_row_that_matches_the_evaluations():
 def test_the_h5_summary_is_the_summary_of_its_own_arrays(data_dir, tmp_path):
     # -lr 0.01: accuracy still climbing, so best, final, last-2 mean and the clients all differ.
     server = server_for(data_dir, tmp_path, "-gr", "3", "-lr", "0.01", "--report_last_k", "2")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     summary = attrs["summary"]
     acc, final_clients = arrays["rs_test_acc"], arrays["rs_client_acc"][-1]
     assert summary == summary_from_arrays(arrays, 2).as_attrs()

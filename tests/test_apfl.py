@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for
+from conftest import assert_lag_composes, play_round, server_for, train, results_file
 from personal_checks import accuracy_of, train_loss_of, wiggle_
 
 ALPHA = 0.3
@@ -102,8 +102,8 @@ def test_alpha_outside_the_unit_interval_is_refused(data_dir, tmp_path):
 
 def test_two_rounds_learn_alpha_and_record_it(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "APFL", "-al", "0.5", "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and np.all(np.isfinite(arrays["rs_train_loss"]))
     alphas = arrays["apfl_alpha"]
     assert alphas.shape == (2, len(server.clients))

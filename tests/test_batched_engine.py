@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_images, play_round, server_for
+from conftest import make_images, play_round, server_for, train, results_file
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.batched.schedule import BatchPlan, order_key
 from flcore.batched.support import CLIENTS, HEAD_THEN_BASE, MODELS, Recipe, batched_problem, recipe_of
 from flcore.clients.clientavg import clientAVG
 from flcore.clients.clientbase import Client
-from flcore.servers.serverbase import ConfigError, RunError
-from utils.data_utils import ClientData
-from utils.options import parse_args, setup_problems
+from utils.errors import ConfigError, RunError
+from utils.client_data import ClientData
+from app.options import parse_args, setup_problems
 from utils.result_utils import read_results
 
 ATOL = RTOL = 1e-5
@@ -71,8 +71,8 @@ def train_both(data_dir, tmp_path, *flags, rounds: int = 2):
     for executor in ("sequential", "batched"):
         server = server_for(data_dir, tmp_path / executor, "-jr", "0.5", "-gr", str(rounds), *flags,
                             "--executor", executor)
-        server.train()
-        runs[executor] = (server, read_results(server.results_file())[0])
+        train(server)
+        runs[executor] = (server, read_results(results_file(server))[0])
     return runs
 
 
@@ -254,7 +254,7 @@ def test_divergence_is_reported_for_the_same_client(data_dir, tmp_path):
     for executor in ("sequential", "batched"):
         server = server_for(data_dir, tmp_path / executor, "-lr", "1e30", "-jr", "1", "--executor", executor)
         with pytest.raises(RunError) as err:
-            server.train()
+            train(server)
         messages[executor] = str(err.value).split(". Results so far")[0]
     assert "non-finite loss" in messages["batched"] and messages["batched"] == messages["sequential"]
 
@@ -275,7 +275,7 @@ def test_unsupported_combinations_are_refused_before_any_data_is_read(flags, rea
 def test_a_server_refuses_an_unsupported_algorithm_at_its_first_round(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD", "--executor", "batched")
     with pytest.raises(ConfigError, match="cannot train SCAFFOLD: .*control-variate.*--executor sequential"):
-        server.train()
+        train(server)
 
 
 def test_every_client_class_and_model_is_declared():

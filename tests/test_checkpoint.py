@@ -11,7 +11,7 @@ import torch
 
 from utils.checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from utils.result_utils import read_results, result_path
-from conftest import TEST_THREADS, REPO, cli, main_command, server_for
+from conftest import run_of, TEST_THREADS, REPO, cli, main_command, server_for, train, results_file
 
 TIMING = {"rs_round_time"}
 ROUNDS = 12
@@ -44,8 +44,8 @@ def kill_after_checkpoints(cmd, folder, count=3, timeout=60):
 def test_killed_and_resumed_run_equals_an_uninterrupted_one(algorithm, data_dir, tmp_path):
     reference = server_for(data_dir, tmp_path / "clean", "-algo", algorithm, "-m", "DNN", "-jr", "0.5",
                            "-gr", str(ROUNDS))
-    reference.train()
-    expected, _ = read_results(reference.results_file())
+    train(reference)
+    expected, _ = read_results(results_file(reference))
 
     results = tmp_path / "killed"
     folder = results / "checkpoints" / f"Toy_{algorithm}_test_0"
@@ -89,24 +89,24 @@ def test_no_usable_checkpoint_at_all_is_an_error(tmp_path):
 
 
 def test_resume_with_other_flags_is_refused(data_dir, tmp_path):
-    server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
-    server.save_checkpoint(1)
+    run_of(server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")).save_checkpoint(1)
     other = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1", "-lr", "0.01")
     with pytest.raises(CheckpointError, match=r"--local_learning_rate: 0.05 in the checkpoint, 0.01 now"):
-        other.resume()
+        run_of(other).resume()
 
 
 def test_a_checkpoint_from_before_a_flag_existed_resumes_while_the_flag_is_at_its_default(data_dir, tmp_path):
+    from app.options import flag_defaults
     from utils.checkpoint import checkpoint_folder, config_differences
     server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
-    current = server.config.flags()
+    current, defaults, results = server.config.flags(), flag_defaults(), results_file(server)
     older = {k: v for k, v in current.items() if k != "max_len"}   # written before -ml existed
-    assert config_differences(older, current) == []
-    assert checkpoint_folder(server.results_file(), older) == checkpoint_folder(server.results_file(), current)
+    assert config_differences(older, current, defaults) == []
+    assert checkpoint_folder(results, older, defaults) == checkpoint_folder(results, current, defaults)
     changed = dict(current, max_len=current["max_len"] + 1)
-    assert config_differences(older, changed) == [f"--max_len: {current['max_len']!r} in the checkpoint, "
-                                                  f"{current['max_len'] + 1!r} now"]
-    assert checkpoint_folder(server.results_file(), older) != checkpoint_folder(server.results_file(), changed)
+    assert config_differences(older, changed, defaults) == [f"--max_len: {current['max_len']!r} in the "
+                                                            f"checkpoint, {current['max_len'] + 1!r} now"]
+    assert checkpoint_folder(results, older, defaults) != checkpoint_folder(results, changed, defaults)
 
 
 @pytest.mark.crossprocess
@@ -115,8 +115,8 @@ def test_resume_uses_the_checkpoints_thread_count(data_dir, tmp_path):
     resumed run takes the checkpoint's count, says so, and still equals the uninterrupted run."""
     reference = server_for(data_dir, tmp_path / "clean", "-algo", "FedLAG", "-m", "DNN", "-jr", "0.5",
                            "-gr", str(ROUNDS))
-    reference.train()
-    expected, _ = read_results(reference.results_file())
+    train(reference)
+    expected, _ = read_results(results_file(reference))
     results = tmp_path / "killed"
     kill_after_checkpoints(command(data_dir, results, "FedLAG"), results / "checkpoints" / "Toy_FedLAG_test_0")
     flags = cli(data_dir, results, "-algo", "FedLAG", "-m", "DNN", "-jr", "0.5", "-gr", str(ROUNDS),

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from utils.data_utils import ClientData, DatasetError, dataset_info, load_client_data
+from utils.client_data import ClientData, load_client_data
 
-
+from utils.datasets import DatasetError, dataset_info
 def test_train_batches_visit_each_sample_once_per_epoch_and_drop_the_remainder():
     data = ClientData(torch.arange(23, dtype=torch.float32).view(23, 1, 1, 1), torch.arange(23))
     batches = list(data.train_batches(5, torch.Generator().manual_seed(0)))

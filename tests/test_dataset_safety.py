@@ -23,9 +23,10 @@ from dataset.utils.atomic_io import atomic_path
 from dataset.utils.client_files import DatasetFileError, read_client_arrays, read_config, write_client_arrays
 from dataset.utils.generate import PartitionOptions, build_dataset
 from dataset.utils.generate import main as generate_main
-from flcore.runner import prepare
-from utils.data_utils import DatasetError, dataset_info, load_client_data
-from utils.options import parse_args
+from app.build import prepare
+from utils.client_data import load_client_data
+from utils.datasets import DatasetError, dataset_info
+from app.options import parse_args
 from utils.result_utils import write_results
 
 CPU = torch.device("cpu")
@@ -369,7 +370,8 @@ def test_label_groups_permute_labels_per_group_and_change_nothing_else(tmp_path)
 
 
 def test_embedded_digits_names_build_the_split_they_spell_and_typos_build_nothing(tmp_path, capsys):
-    from utils.data_utils import embedded_split, generate_command
+    from utils.dataset_hints import generate_command
+    from utils.datasets import embedded_split
     shifted = embedded_split("Digits-iid-lg4-nc40", 20)
     assert (shifted.partition, shifted.non_iid, shifted.label_groups, shifted.num_clients) == ("iid", False, 4, 40)
     assert embedded_split("Digits-dir0.5", 6).alpha == 0.5 and embedded_split("Digits", 20) == DIGITS_DEFAULT

@@ -2,15 +2,15 @@
 import numpy as np
 
 from utils.result_utils import read_results
-from conftest import server_for
+from conftest import server_for, train, results_file
 
 TIMING = {"rs_round_time"}
 
 
 def run(data_dir, results_dir, *extra):
     server = server_for(data_dir, results_dir, "-jr", "0.5", "-cdr", "0.3", "-m", "CNN", *extra)
-    server.train()
-    return read_results(server.results_file())[0]
+    train(server)
+    return read_results(results_file(server))[0]
 
 
 def test_same_seed_gives_identical_arrays(data_dir, tmp_path):

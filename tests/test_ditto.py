@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, train_loss_of, uniform_loss, wiggle_, zero_
 
 MU = 0.3
@@ -94,8 +94,8 @@ def test_negative_mu_is_refused(data_dir, tmp_path):
 
 def test_two_rounds_record_both_accuracies(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU), "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     for prefix in ("rs", "rs_global"):
         assert len(arrays[f"{prefix}_test_acc"]) == 2
         assert np.all((arrays[f"{prefix}_test_acc"] >= 0) & (arrays[f"{prefix}_test_acc"] <= 1))

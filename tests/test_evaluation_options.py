@@ -8,14 +8,14 @@ import pytest
 import torch
 
 import main
-from conftest import cli, server_for
+from conftest import cli, server_for, train, results_file
 from flcore.executors import _ClientWorker
 from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
 from reporting.tables import shown_statistics
 from report import tables_markdown
 from utils.accuracy_summary import summarize_accuracy
-from utils.data_utils import ClientData, VALIDATION_STREAM
+from utils.client_data import ClientData, VALIDATION_STREAM
 from utils.result_utils import read_results
 from utils.run_table import csv_path
 from utils.tensorboard_log import TensorBoardError, tensorboard_folder
@@ -23,8 +23,8 @@ from utils.tensorboard_log import TensorBoardError, tensorboard_folder
 
 def trained(data_dir, tmp_path, *flags):
     server = server_for(data_dir, tmp_path, *flags)
-    server.train()
-    return server, *read_results(server.results_file())
+    train(server)
+    return server, *read_results(results_file(server))
 
 
 # ----- --val_ratio ------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_reports_show_the_optional_statistics_only_for_runs_that_have_them(data_
 
 def test_the_csv_beside_the_h5_holds_the_same_series_by_round(data_dir, tmp_path):
     server, arrays, attrs = trained(data_dir, tmp_path, "-gr", "4", "-eg", "2", "--val_ratio", "0.2")
-    lines = csv_path(server.results_file()).read_text().splitlines()
+    lines = csv_path(results_file(server)).read_text().splitlines()
     comments = [line for line in lines if line.startswith("#")]
     assert comments[0].startswith("# config: {") and '"val_ratio": 0.2' in comments[0]
     assert comments[1] == f"# git_revision: {attrs['git_revision']}" and attrs["git_revision"]
@@ -147,7 +147,7 @@ def test_tensorboard_events_hold_each_round_of_the_series(data_dir, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     server, arrays, _ = trained(data_dir, tmp_path, "-gr", "3", "--tensorboard")
-    events = EventAccumulator(str(tensorboard_folder(server.results_file())))
+    events = EventAccumulator(str(tensorboard_folder(results_file(server))))
     events.Reload()
     assert {"rs_test_acc", "rs_train_loss", "rs_round_time"} <= set(events.Tags()["scalars"])
     acc = events.Scalars("rs_test_acc")
@@ -159,5 +159,5 @@ def test_tensorboard_without_its_package_is_a_clear_error_before_any_round(data_
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
     server = server_for(data_dir, tmp_path, "--tensorboard")
     with pytest.raises(TensorBoardError, match="pip install tensorboard"):
-        server.train()
+        train(server)
     assert server.history["rs_test_acc"] == []

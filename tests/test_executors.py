@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+import app.run
 from flcore.aggregation import named_tensors
 from flcore.executors import SequentialExecutor, train_detached, without_data
 from flcore.registry import valid_names
-from flcore.servers import serverbase
 from utils.result_utils import read_results
-from conftest import method_flags, server_for, state_equal
+from conftest import method_flags, server_for, state_equal, train, results_file
 
 TIMING = {"rs_round_time"}
 
@@ -61,11 +61,11 @@ def test_every_algorithm_trained_elsewhere_equals_sequential(name, data_dir, tmp
     the server reads after training (aggregation, per-round records, evaluation after training)."""
     flags = ("-algo", name, "-nc", "4", "-jr", "0.5", "-gr", "1", "--eval_after_training", *method_flags(name))
     sequential = server_for(data_dir, tmp_path / "sequential", *flags)
-    sequential.train()
-    monkeypatch.setattr(serverbase, "make_executor", lambda server, config: TrainedElsewhere())
+    train(sequential)
+    monkeypatch.setattr(app.run, "make_executor", lambda server, config: TrainedElsewhere())
     elsewhere = server_for(data_dir, tmp_path / "elsewhere", *flags)
-    elsewhere.train()
-    expected, found = (read_results(s.results_file())[0] for s in (sequential, elsewhere))
+    train(elsewhere)
+    expected, found = (read_results(results_file(s))[0] for s in (sequential, elsewhere))
     assert set(found) == set(expected)
     for array in set(expected) - TIMING:
         a, b = found[array], expected[array]
@@ -83,8 +83,8 @@ def test_ray_with_two_workers_equals_sequential(algorithm, ray_session, data_dir
     for executor in ("sequential", "ray"):
         server = server_for(data_dir, tmp_path / executor, "-algo", algorithm, "-m", "CNN", "-jr", "0.5",
                             "-gr", "3", "--executor", executor, "--workers", "2")
-        server.train()
-        arrays[executor] = read_results(server.results_file())[0]
+        train(server)
+        arrays[executor] = read_results(results_file(server))[0]
     assert set(arrays["ray"]) == set(arrays["sequential"])
     for name in set(arrays["ray"]) - TIMING:
         assert np.array_equal(arrays["ray"][name], arrays["sequential"][name]), name

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.training.classvectors import ClassVectors
 from utils.result_utils import read_results
-from conftest import server_for
+from conftest import server_for, train, results_file
 
 
 def test_fd_plus_lag_is_refused_because_nothing_is_shared():
@@ -65,8 +65,8 @@ def test_local_loss_adds_lamda_times_kl_to_the_global_logit_of_the_label(data_di
 
 def test_two_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FD", "-gr", "1", "-lam", "0.5")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and arrays["rs_test_acc"][1] > 0.5  # 4 classes: chance is 0.25
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     assert bool(server.global_present.all()) and server.global_vectors.shape == (4, 4)

@@ -6,9 +6,9 @@ import torch
 from torch.func import functional_call
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for
+from conftest import assert_lag_composes, play_round, server_for, train, results_file
 
 
 def test_lower_layers_are_global_upper_layers_the_elementwise_mix_and_w_stays_in_0_1(data_dir, tmp_path):
@@ -91,8 +91,8 @@ def test_flags_out_of_range_are_refused_by_name(data_dir, tmp_path):
 
 def test_two_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedALA", "-nc", "3", "-gr", "1", "-s", "20")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and arrays["rs_test_acc"][1] > arrays["rs_test_acc"][0]
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     w = arrays["rs_ala_weight_mean"]

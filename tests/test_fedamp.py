@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from flcore.servers.serveramp import attention_weights
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, server_for
+from conftest import assert_lag_composes, perturb_all_clients, server_for, train, results_file
 
 
 def test_attention_weights_and_cloud_models_match_a_hand_computation_of_the_kernel(data_dir, tmp_path):
@@ -78,8 +78,8 @@ def test_sigma_out_of_range_is_refused_by_name(data_dir, tmp_path):
 
 def test_two_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedAMP", "-gr", "1", "-alk", "0.1", "-lam", "0.05")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and arrays["rs_test_acc"][1] > 0.5  # 4 classes: chance 0.25
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     # Round 0: all models equal, so xi_ij = alphaK / sigma for the 5 others and xi_ii = 1 - 5 * 0.1.

@@ -11,7 +11,7 @@ from flcore.clients.clientas import ALIGNMENT_LR, fisher_trace, prototype_alignm
 from flcore.servers.serveras import fisher_weights
 from flcore.training.classfeatures import class_feature_stats
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients, upload_current_state
+from conftest import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients, upload_current_state, train, results_file
 
 
 def trained_round(data_dir, tmp_path, *extra):
@@ -129,8 +129,8 @@ def test_fedas_plus_lag_personalises_body_tensors_and_keeps_heads_local(data_dir
 
 def test_short_run_saves_results_with_fisher_traces(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedAS", "-gr", "1", "-jr", "0.5")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.all(np.isfinite(arrays["rs_train_loss"])) and np.all(np.isfinite(arrays["rs_test_auc"]))
     traces = arrays["rs_fisher_trace"]

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are
+from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(data_dir, tmp_path):
@@ -61,8 +61,8 @@ def test_fedbabu_lag_personalises_body_tensors_and_leaves_the_frozen_head(data_d
 
 def test_end_to_end_run_saves_the_fine_tuned_evaluation_apart(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedBABU", "-gr", "1", "-fte", "2")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert arrays["rs_test_acc"].shape == (2,) and arrays["rs_finetune_test_acc"].shape == (1,)
     assert np.all(np.isfinite(arrays["rs_finetune_train_loss"])) and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert arrays["rs_finetune_client_acc"].shape == (1, 6)

@@ -8,7 +8,7 @@ from torch import nn
 from flcore.aggregation import named_tensors
 from flcore.clients.clientbn import normalisation_tensor_names
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal
+from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, train, results_file
 
 RESNET = ("-m", "ResNet20", "-jr", "0.34", "-lbs", "32")  # two clients a round keep it quick
 
@@ -69,8 +69,8 @@ def test_fedbn_lag_never_ranks_normalisation_tensors(data_dir, tmp_path):
 
 def test_end_to_end_run_keeps_per_client_statistics(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedBN", *RESNET, "-gr", "0")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert arrays["rs_test_acc"].shape == (1,) and 0 <= arrays["rs_test_acc"][0] <= 1
     assert np.all(np.isfinite(arrays["rs_train_loss"]))
     trained = [c for c in server.clients if c.model.stem[1].num_batches_tracked > 0]

@@ -6,9 +6,9 @@ import torch
 
 from flcore.aggregation import named_tensors
 from flcore.clients.clientcac import critical_mask
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for
+from conftest import assert_lag_composes, play_round, server_for, train, results_file
 
 
 def test_the_mask_selects_the_top_tau_fraction_by_sensitivity_per_tensor():
@@ -118,8 +118,8 @@ def test_flags_out_of_range_are_refused_by_name(data_dir, tmp_path):
 
 def test_three_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedCAC", "-gr", "2", "-tau", "0.5", "-bt", "2")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 3 and arrays["rs_test_acc"][-1] > 0.5  # 4 classes: chance 0.25
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     threshold = arrays["rs_cac_threshold"]

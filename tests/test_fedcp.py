@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors, sample_weights
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, train, results_file
 
 
 def test_rbf_mmd_matches_a_hand_computation():
@@ -128,8 +128,8 @@ def test_fedcp_plus_lag_ranks_shared_parts_and_keeps_the_personal_head(data_dir,
 
 def test_end_to_end_records_the_personal_share(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedCP", "-gr", "1", "-lam", "5")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]

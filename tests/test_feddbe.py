@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors, sample_weights
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
 from utils.seeding import client_generator
-from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_bias_is_personal_and_enters_the_prediction(data_dir, tmp_path):
@@ -97,8 +97,8 @@ def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
 
 def test_end_to_end_with_the_regulariser(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-gr", "1", "-klw", "1.0", "-mo", "0.5")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal, train, results_file
 
 
 def test_server_step_matches_the_paper_update_over_two_rounds(data_dir, tmp_path):
@@ -73,8 +73,8 @@ def test_lag_composes_with_feddyn_and_keeps_each_clients_gradient_state(data_dir
 
 def test_short_run_records_results_and_keeps_server_state(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedDyn", "-al", "0.1", "-gr", "2")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 3 and np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]
     assert all(torch.isfinite(h).all() for h in server.server_state.values())

@@ -7,9 +7,9 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientfomo import fomo_weights
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, train, results_file
 
 
 def test_weight_formula_on_a_hand_made_case():
@@ -114,8 +114,8 @@ def test_m_out_of_range_is_refused_by_name(data_dir, tmp_path):
 
 def test_three_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedFomo", "-gr", "2")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 3 and arrays["rs_test_acc"][-1] > 0.5  # 4 classes: chance 0.25
     assert all(torch.isfinite(torch.as_tensor(arrays["rs_train_loss"])))
     kept = arrays["rs_fomo_kept_own"]

@@ -7,11 +7,11 @@ import torch
 
 from flcore.aggregation import named_tensors
 from flcore.registry import UnknownAlgorithmError, resolve
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from flcore.servers.servergh import prototype_examples
 from flcore.training.classfeatures import class_feature_stats, pooled_prototypes
 from utils.result_utils import read_results
-from conftest import perturb_all_clients, server_for, state_equal
+from conftest import perturb_all_clients, server_for, state_equal, train, results_file
 
 
 def test_fedgh_plus_lag_is_refused_because_fedgh_uploads_prototypes():
@@ -87,8 +87,8 @@ def test_non_positive_server_learning_rate_is_a_config_error(data_dir, tmp_path)
 
 def test_short_run_records_accuracy_and_the_server_head_loss(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGH", "-gr", "1", "-slr", "0.1")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"]
     assert len(arrays["rs_test_acc"]) == 2 and np.all((arrays["rs_test_acc"] >= 0) & (arrays["rs_test_acc"] <= 1))
     assert np.all(np.isfinite(arrays["rs_train_loss"]))

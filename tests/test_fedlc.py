@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from flcore.clients.clientlc import calibration_offsets
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for
+from conftest import assert_lag_composes, server_for, train, results_file
 
 
 def test_offsets_are_tau_times_count_to_the_minus_quarter_and_infinite_for_absent_classes():
@@ -59,8 +59,8 @@ def test_lag_composes_with_fedlc(data_dir, tmp_path):
 def test_short_runs_zero_tau_is_fedavg_and_calibration_trains_with_absent_classes(data_dir, tmp_path):
     def run(folder, *flags):
         server = server_for(data_dir, tmp_path / folder, *flags, "-gr", "2", "-ncl", "6")
-        server.train()
-        return read_results(server.results_file())[0]
+        train(server)
+        return read_results(results_file(server))[0]
     fedavg = run("avg", "-algo", "FedAvg")
     plain = run("zero", "-algo", "FedLC", "-tau", "0")
     calibrated = run("lc", "-algo", "FedLC", "-tau", "1")

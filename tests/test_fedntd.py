@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 from flcore.clients.clientntd import not_true_distillation, not_true_logits
 from flcore.servers.serveravg import FedAvg
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for, server_of_class
+from conftest import assert_lag_composes, server_for, server_of_class, train, results_file
 
 
 def softmax(values, tau):
@@ -77,8 +77,8 @@ def test_lag_composes_with_fedntd(data_dir, tmp_path):
 
 def test_short_runs_zero_beta_is_fedavg_and_distillation_changes_training(data_dir, tmp_path):
     def run(server):
-        server.train()
-        return read_results(server.results_file())[0]
+        train(server)
+        return read_results(results_file(server))[0]
     common = ("-gr", "1", "-jr", "0.5")
     fedavg = run(server_of_class(FedAvg, data_dir, tmp_path / "avg", "-algo", "FedAvg", *common, head_split=False))
     plain = run(server_for(data_dir, tmp_path / "zero", "-algo", "FedNTD", "-bt", "0", *common))

@@ -7,10 +7,10 @@ import torch
 
 from flcore.aggregation import named_tensors
 from flcore.clients.clientpac import feature_alignment_loss, qp_statistics
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from flcore.servers.serverpac import head_combination_weights, simplex_qp
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for, state_equal
+from conftest import assert_lag_composes, server_for, state_equal, train, results_file
 
 
 def objective(p, a):
@@ -151,8 +151,8 @@ def test_negative_lamda_is_a_config_error(data_dir, tmp_path):
 
 def test_short_run_records_accuracy_and_the_weight_of_each_own_head(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedPAC", "-gr", "1", "-jr", "0.5")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.all(np.isfinite(arrays["rs_train_loss"]))
     own = arrays["rs_head_own_weight"]

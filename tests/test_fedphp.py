@@ -9,9 +9,9 @@ import torch.nn.functional as F
 
 from flcore.aggregation import named_tensors
 from flcore.clients.clientphp import mmd_rbf
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, uniform_loss, wiggle_, zero_
 
 FLAGS = ("-algo", "FedPHP", "-lam", "0.1", "-mu", "0.9")
@@ -88,8 +88,8 @@ def test_lamda_one_the_shared_default_is_refused(data_dir, tmp_path):
 
 def test_two_rounds_build_hpms_apart_from_the_shared_models(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, *FLAGS, "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert arrays["rs_train_loss"][1] < arrays["rs_train_loss"][0]
     for client in server.clients:

@@ -7,7 +7,7 @@ from flcore.clients.clientproto import prototype_distances
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.training.classvectors import ClassVectors, average_over_holders, class_means
 from utils.result_utils import read_results
-from conftest import server_for
+from conftest import server_for, train, results_file
 
 
 def test_fedproto_plus_lag_is_refused_because_nothing_is_shared():
@@ -101,8 +101,8 @@ def test_local_loss_is_cross_entropy_plus_lamda_times_mse_to_the_label_prototype
 
 def test_two_rounds_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedProto", "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     acc, loss = arrays["rs_test_acc"], arrays["rs_train_loss"]
     assert len(acc) == 2 and acc[0] == 0.0  # no prototype before the first aggregation
     assert acc[1] > 0.5 and all(torch.isfinite(torch.as_tensor(loss)))  # 4 classes: chance is 0.25

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from flcore.servers.serveravg import FedAvg
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for, server_of_class, train_and_compare
+from conftest import assert_lag_composes, server_for, server_of_class, train_and_compare, train, results_file
 
 
 
@@ -64,8 +64,8 @@ def test_proximal_term_limits_how_far_local_training_drifts(data_dir, tmp_path):
 
 def test_short_run_records_accuracy(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedProx", "-mu", "0.1", "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][1] > arrays["rs_test_acc"][0]
     assert all(client.received_model is None for client in server.clients)  # released after training

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are
+from conftest import assert_lag_composes, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def snapshot(module):
@@ -109,7 +109,7 @@ def test_fedrep_lag_personalises_base_tensors_and_heads_stay_local(data_dir, tmp
 
 def test_end_to_end_run_records_finite_results(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedRep", "-gr", "1", "-pls", "2")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert arrays["rs_test_acc"].shape == (2,) and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]

@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.clients.clientrod import balanced_softmax_loss
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_balanced_softmax_loss_matches_a_hand_computation():
@@ -94,8 +94,8 @@ def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
 
 def test_end_to_end_records_personalised_and_generic_accuracy(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedROD", "-gr", "1")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"]
     assert len(arrays["rs_test_acc"]) == len(arrays["rs_generic_test_acc"]) == 2
     assert np.isfinite(arrays["rs_train_loss"]).all()

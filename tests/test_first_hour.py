@@ -16,13 +16,14 @@ import pytest
 
 from conftest import REPO, main_command
 from dataset.utils.generate import DownloadError, load_torchvision
-from flcore.registry import ALGORITHM_GROUPS, ALGORITHMS, UnknownAlgorithmError, closest_names, resolve, valid_names
+from flcore.registry import ALGORITHM_GROUPS, ALGORITHMS, UnknownAlgorithmError, resolve, valid_names
+from utils.names import closest_names
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
 from reporting.tables import markdown_table
 from utils import progress
-from utils.options import build_parser, check_model_name
+from app.options import build_parser, check_model_name
 from utils.result_utils import result_path, write_results
 
 # Every proxy variable pointed at a port where nothing listens: a download fails at once, whether or not

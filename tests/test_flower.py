@@ -419,7 +419,7 @@ def test_an_invalid_run_config_value_fails_the_server_app_naming_the_key(monkeyp
     """The ServerApp raises the project's ConfigError (an Exception: Flower records the run as failed,
     with this message) naming the run-config key, never argparse's SystemExit naming a main.py flag."""
     monkeypatch.syspath_prepend(str(APP))
-    from flcore.servers.serverbase import ConfigError
+    from utils.errors import ConfigError
     from pfl_flower import server_app
 
     with pytest.raises(ConfigError) as refused:

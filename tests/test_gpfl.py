@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors, sample_weights
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, server_for, state_equal
+from conftest import assert_lag_composes, server_for, state_equal, train, results_file
 
 SHARED_PREFIXES = ("base.", "gce.", "cov.")
 
@@ -94,8 +94,8 @@ def test_gpfl_plus_lag_ranks_base_gce_and_cov_and_keeps_the_head(data_dir, tmp_p
 
 def test_end_to_end(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "GPFL", "-gr", "1", "-lam", "0.01", "-mu", "0.1")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]

@@ -11,8 +11,8 @@ from flcore.lag import LagError, LagSettings, top_k_positive, with_layer_conflic
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
-from conftest import (assert_lag_composes, perturb_all_clients, play_round, server_for,
-                      server_of_class, state_equal, train_and_compare)
+from conftest import (assert_lag_composes, perturb_all_clients, play_round, results_file, server_for,
+                      server_of_class, state_equal, train, train_and_compare)
 
 
 
@@ -77,8 +77,8 @@ def test_own_layers_are_those_the_client_trains_even_when_frozen_between_phases(
 def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "3", "--lag_top_k", "3",
                         "--lag_schedule", "every_round", "--lag_granularity", "tensor")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     for scores, personal in zip(arrays["lag_conflict_scores"], arrays["lag_personal"]):
         assert scores.any()
         assert tuple(np.flatnonzero(personal).tolist()) == top_k_positive(torch.as_tensor(scores), 3)
@@ -87,8 +87,8 @@ def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
 def test_warmup_schedule_freezes_the_top_k_of_the_summed_warmup_scores(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "CNN", "-gr", "4", "--lag_top_k", "2",
                         "--lag_schedule", "warmup", "--lag_warmup", "2", "--lag_granularity", "tensor")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     personal, scores = arrays["lag_personal"], arrays["lag_conflict_scores"]
     assert not personal[0].any()
     frozen = top_k_positive(torch.as_tensor(scores[:2].sum(axis=0)), 2)
@@ -189,8 +189,8 @@ def test_last_batch_signal_survives_rounds_without_uploads_and_every_round_has_a
     # One client selected per round and half of the trained clients dropped: most rounds upload nothing.
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-gr", "6", "--lag_signal", "last_batch",
                         "-jr", "0.17", "-cdr", "0.5", "-rjr")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     uploads = arrays["lag_num_uploads"]
     assert attrs["complete"]
     assert len(uploads) == 7 and arrays["lag_conflict_scores"].shape[0] == 7 and len(arrays["lag_scored"]) == 7
@@ -203,8 +203,8 @@ def test_rows_line_up_with_rounds_when_the_first_rounds_upload_nothing(data_dir,
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-gr", "3")
     server.lag_selector = None  # as a server whose candidate layers are only known from an upload
     server.receive_models = lambda base=server.receive_models: _receive_nothing_before_round(server, base, 2)
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert arrays["lag_num_uploads"].tolist()[:2] == [0, 0]
     assert arrays["lag_scored"].tolist()[:2] == [False, False]
     assert arrays["lag_conflict_scores"].shape[0] == arrays["lag_personal"].shape[0] == 4

@@ -6,7 +6,7 @@ import torch
 
 from flcore.aggregation import named_tensors
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, uploads_are
+from conftest import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def test_head_is_averaged_and_every_base_stays_personal(data_dir, tmp_path):
@@ -42,7 +42,7 @@ def test_lg_fedavg_lag_ranks_only_head_tensors_and_keeps_bases(data_dir, tmp_pat
 
 def test_end_to_end_run_records_finite_results(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "LG-FedAvg", "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert arrays["rs_test_acc"].shape == (2,) and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]

@@ -10,7 +10,7 @@ from conftest import assert_lag_composes, server_for
 from flcore.lag.conflict import build_layers
 from flcore.trainmodel.models import (CONVOLUTIONAL, IMAGE_MODELS, MODELS, TEXT_MODELS, UnknownModelError,
                                       build_model, example_batch, split_head)
-from utils.options import parse_args
+from app.options import parse_args
 
 VOCAB, LENGTH, CLASSES, BATCH = 50, 12, 5, 3
 

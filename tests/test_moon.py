@@ -8,9 +8,9 @@ import torch.nn.functional as F
 
 from flcore.aggregation import named_tensors
 from flcore.clients.clientmoon import model_contrastive_loss
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_contrastive_loss_matches_a_hand_computation():
@@ -73,8 +73,8 @@ def test_lag_composes_with_moon_and_keeps_each_previous_model(data_dir, tmp_path
 def test_short_runs_zero_mu_is_fedavg_and_the_contrast_acts_once_previous_differs_from_global(data_dir, tmp_path):
     def run(folder, *flags):
         server = server_for(data_dir, tmp_path / folder, *flags, "-gr", "2")
-        server.train()
-        return read_results(server.results_file())[0]
+        train(server)
+        return read_results(results_file(server))[0]
     fedavg = run("avg", "-algo", "FedAvg")
     plain = run("zero", "-algo", "MOON", "-mu", "0")
     moon = run("moon", "-algo", "MOON", "-mu", "1", "-tau", "0.5")

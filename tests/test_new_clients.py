@@ -14,10 +14,10 @@ import flcore.clients.clientproto as clientproto
 from flcore.aggregation import named_tensors
 from flcore.registry import valid_names
 from flcore.training.classvectors import ClassVectors
-from flcore.runner import build_server, hyperparameters, prepare
-from utils.options import parse_args
+from app.build import build_server, hyperparameters, prepare
+from app.options import parse_args
 from utils.result_utils import read_results
-from conftest import cli, method_flags, server_for, state_equal
+from conftest import cli, method_flags, server_for, state_equal, train, results_file
 
 def snapshot(module: torch.nn.Module) -> dict:
     return {n: t.detach().clone() for n, t in named_tensors(module).items()}
@@ -29,7 +29,7 @@ def trained_with_newcomer(data_dir, tmp_path, name: str, *extra: str, ften: int 
     server = server_for(data_dir, tmp_path, "-algo", name, "-nc", "4", "-nnc", "1", "-ften", str(ften), "-gr", "1",
                         *method_flags(name), *extra)
     initial = snapshot(server.clients[0].model)
-    server.train()
+    train(server)
     assert [c.id for c in server.new_clients] == [4]
     return server, server.new_clients[0], initial
 
@@ -54,8 +54,8 @@ def test_every_algorithm_fine_tunes_and_reports_a_new_client(digits_dir, tmp_pat
              "--lag_granularity", "tensor", *method_flags(name)]
     config, _ = prepare(parse_args(flags))
     server = build_server(config, 0)
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert arrays["rs_new_test_acc"].shape == (1,) and arrays["rs_new_client_acc"].shape == (1, 1)
     assert np.isfinite(arrays["rs_new_train_loss"]).all()
@@ -118,7 +118,7 @@ def test_head_shared_methods_give_the_global_head_and_a_fresh_body(data_dir, tmp
 def test_fedbn_newcomer_keeps_fresh_normalisation_layers(data_dir, tmp_path):
     # A small model with a BatchNorm layer (the -m models that have one are slow to train here).
     from flcore.servers.serverbn import FedBN
-    from utils.data_utils import dataset_info
+    from utils.datasets import dataset_info
     from utils.seeding import seed_everything
     config, _ = prepare(parse_args(cli(data_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-nnc", "1", "-ften", "0",
                                        "-gr", "1")))
@@ -127,7 +127,7 @@ def test_fedbn_newcomer_keeps_fresh_normalisation_layers(data_dir, tmp_path):
                                 torch.nn.ReLU(), torch.nn.Linear(16, 4))
     server = FedBN(config, hyperparameters(config), 0, model, dataset_info(config.dataset, 5, config.data_dir))
     initial = snapshot(server.clients[0].model)
-    server.train()
+    train(server)
     newcomer = server.new_clients[0]
     norm = sorted(newcomer.local_tensor_names)
     rest = [n for n in named_tensors(newcomer.model) if n not in newcomer.local_tensor_names]

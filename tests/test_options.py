@@ -10,7 +10,7 @@ from conftest import REPO
 from flcore.algorithm_flags import SOURCE, AlgorithmFlags
 from flcore.hyperparameters import FedProxParams, PFedMeParams
 from flcore.registry import ALGORITHMS
-from utils.options import build_parser, parse_args
+from app.options import build_parser, parse_args
 
 
 @pytest.mark.parametrize("text,expected", [("False", False), ("false", False), ("0", False), ("no", False),

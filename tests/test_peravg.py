@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, train_loss_of
 
 BETA = 0.2  # differs from -lr 0.05, so a swapped step size shows
@@ -78,7 +78,7 @@ def test_peravg_plus_lag_personalises_k_tensors(data_dir, tmp_path):
 def test_two_rounds_train_and_report(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "PerAvg", "-bt", str(BETA), "-gr", "1")
     start = copy.deepcopy(named_tensors(server.global_model))
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert not state_equal(named_tensors(server.global_model), start)

@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, play_round, server_for, state_equal
+from conftest import assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, uniform_loss, zero_
 
 FLAGS = ("-algo", "pFedMe", "-bt", "1", "-lam", "5", "-K", "3", "-lrp", "0.02")
@@ -82,7 +82,7 @@ def test_pfedme_plus_lag_personalises_k_tensors_of_w_and_leaves_theta_alone(data
 
 def test_two_rounds_improve_the_personalised_models(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, *FLAGS, "-gr", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 2 and np.all(np.isfinite(arrays["rs_train_loss"]))
     assert arrays["rs_train_loss"][1] < arrays["rs_train_loss"][0]

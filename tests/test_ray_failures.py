@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, server_of_class
+from conftest import REPO, server_of_class, train, results_file
 from flcore.aggregation import named_tensors
 from flcore.registry import resolve
-from flcore.servers.serverbase import RunError
+from utils.errors import RunError
 from utils.result_utils import read_results
 
 # Every test here starts or stops a local Ray: one worker of a parallel test run takes them all, in turn.
@@ -99,14 +99,14 @@ def test_a_killed_worker_is_replaced_and_the_run_equals_an_uninterrupted_one(ray
             super().train_clients(clients)
 
     killed = server_of_class(KillsWorkerZero, data_dir, tmp_path / "ray", *_flags())
-    killed.train()
+    train(killed)
     reference = server_of_class(FedAvg, data_dir, tmp_path / "sequential", *_flags("--executor", "sequential"))
-    reference.train()
+    train(reference)
 
     seen = KillsWorkerZero.pids_seen
     assert len(seen) == 3 and seen[2][0] != seen[1][0] and seen[2][1] == seen[0][1]  # slot 0 replaced
-    got, attrs = read_results(killed.results_file())
-    want, _ = read_results(reference.results_file())
+    got, attrs = read_results(results_file(killed))
+    want, _ = read_results(results_file(reference))
     assert attrs["complete"] and set(got) == set(want)
     for name in set(want) - TIMING:
         assert np.array_equal(got[name], want[name]), name
@@ -136,13 +136,13 @@ def test_a_stopped_worker_times_out_and_keeps_the_rounds_done(ray_session, data_
     try:
         with pytest.raises(RunError, match=r"round 1: no Ray worker returned a client for 3 s \(--ray_timeout\)"
                                            r".*clients 1, 3, 5.*Results so far kept in"):
-            server.train()
+            train(server)
     finally:
         for pid in stopped:  # the executor already asked Ray to kill it; make sure it does not linger stopped
             if _state(pid) not in (None, "Z"):
                 os.kill(pid, signal.SIGKILL)
     assert time.monotonic() - start < 120
-    arrays, attrs = read_results(server.results_file())
+    arrays, attrs = read_results(results_file(server))
     assert not attrs["complete"]
     assert attrs["rounds_done"] == 1 and arrays["rs_eval_round"].tolist() == [0, 1]
 
@@ -210,7 +210,7 @@ def test_an_unreachable_ray_address_is_refused_in_seconds(data_dir, tmp_path):
 
 
 def test_the_ray_executor_without_ray_installed_is_one_line_before_any_data(monkeypatch):
-    from utils.options import parse_args, setup_problems
+    from app.options import parse_args, setup_problems
     monkeypatch.setitem(sys.modules, "ray", None)  # as on a machine with only requirements.txt
     problems, _ = setup_problems(parse_args(["--executor", "ray"]))
     assert problems == ["--executor ray needs Ray, which is not installed: pip install -r "

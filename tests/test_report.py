@@ -14,7 +14,7 @@ from reporting.statistics import recorded_last_k
 from reporting.tables import markdown_table, models_note, personal_frequency, summary_rows
 from utils.accuracy_summary import summary_from_arrays
 from utils.result_utils import read_results, result_path, write_results
-from utils.run_identity import run_status
+from app.run_status import run_status
 
 # Three seeds of one experiment: best = (0.6, 0.7, 0.8), final = (0.5, 0.7, 0.75).
 # best: mean 0.70, population std sqrt((0.01 + 0 + 0.01) / 3) = 0.0816497

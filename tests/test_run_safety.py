@@ -18,14 +18,14 @@ import torch
 import main
 from flcore.clients.clientbase import DivergenceError
 from flcore.registry import ALGORITHMS, resolve
-from flcore.servers.serverbase import RunError
+from utils.errors import RunError
 from flcore.state import StateError
 from test_checkpoint import kill_after_checkpoints
 from utils.checkpoint import CheckpointError, config_differences, config_key, save_checkpoint
-from utils.options import parse_args
+from app.options import flag_defaults, parse_args
 from utils.result_utils import read_results, result_path
 from utils.run_lock import lock_path
-from conftest import cli, main_command, play_round, server_for, server_of_class
+from conftest import cli, main_command, play_round, results_file, run_of, server_for, server_of_class, train
 
 TIMING = {"rs_round_time"}
 
@@ -50,7 +50,7 @@ def same_arrays(got: dict, expected: dict) -> None:
 
 
 def folder_of(server):
-    return server.checkpoint_folder()
+    return run_of(server).checkpoint_folder()
 
 
 def dead_pid() -> int:
@@ -62,14 +62,15 @@ def dead_pid() -> int:
 # ----- item 2: checkpoints belong to a configuration ------------------------------------------------
 
 def test_checkpoint_key_ignores_execution_flags_only(data_dir, tmp_path):
-    base = parse_args(cli(data_dir, tmp_path)).flags()
+    base, defaults = parse_args(cli(data_dir, tmp_path)).flags(), flag_defaults()
     # report_last_k only summarises the finished series: a resume may change it, like an execution flag.
     for flag, value in [("workers", 7), ("results_dir", "elsewhere"), ("resume", True), ("checkpoint_every", 3),
                         ("report_last_k", 3)]:
-        assert config_key(dict(base, **{flag: value})) == config_key(base), flag
-        assert config_differences(dict(base, **{flag: value}), base) == [], flag   # --resume accepts the change
+        assert config_key(dict(base, **{flag: value}), defaults) == config_key(base, defaults), flag
+        # --resume accepts the change
+        assert config_differences(dict(base, **{flag: value}), base, defaults) == [], flag
     for flag, value in [("global_rounds", 6), ("local_learning_rate", 0.01), ("seed", 1)]:
-        assert config_key(dict(base, **{flag: value})) != config_key(base), flag
+        assert config_key(dict(base, **{flag: value}), defaults) != config_key(base, defaults), flag
 
 
 @pytest.mark.crossprocess
@@ -80,7 +81,7 @@ def test_another_run_with_the_same_name_keeps_a_killed_runs_checkpoints(data_dir
     flags = ("-gr", "12", "-jr", "0.5", "--checkpoint_every", "1", "-go", "ck")
     long_run = cli(data_dir, results, *flags)
     reference = server_for(data_dir, tmp_path / "clean", *flags)
-    reference.train()
+    train(reference)
     killed = kill_after_checkpoints(main_command(*long_run), results / "checkpoints" / "Toy_FedAvg_ck_0")
     assert killed.returncode == -signal.SIGKILL
     assert lock_path(result_path(results, "Toy", "FedAvg", "ck", 0)).exists()  # left behind by kill -9
@@ -92,7 +93,7 @@ def test_another_run_with_the_same_name_keeps_a_killed_runs_checkpoints(data_dir
     assert "resumed after round" in out and "starting from round 0" not in out
     got, attrs = read_results(result_path(results, "Toy", "FedAvg", "ck", 0))
     assert attrs["complete"]
-    same_arrays(got, read_results(reference.results_file())[0])
+    same_arrays(got, read_results(results_file(reference))[0])
     assert not (results / "checkpoints" / "Toy_FedAvg_ck_0").exists()
     assert not lock_path(result_path(results, "Toy", "FedAvg", "ck", 0)).exists()
 
@@ -100,29 +101,29 @@ def test_another_run_with_the_same_name_keeps_a_killed_runs_checkpoints(data_dir
 def test_a_completed_run_removes_only_its_own_configurations_checkpoints(data_dir, tmp_path):
     crashed = server_for(data_dir, tmp_path, "-gr", "6", "--checkpoint_every", "1")
     play_round(crashed)
-    crashed.save_checkpoint(0)
+    run_of(crashed).save_checkpoint(0)
     other = server_for(data_dir, tmp_path, "-gr", "1", "--checkpoint_every", "1")
-    other.train()
+    train(other)
     assert folder_of(crashed) != folder_of(other)
     assert (folder_of(crashed) / "round_000000.pt").is_file() and not folder_of(other).exists()
 
 
 def test_resume_from_a_checkpoint_of_other_flags_is_refused_with_the_differences(data_dir, tmp_path):
-    server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1").save_checkpoint(1)
+    run_of(server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")).save_checkpoint(1)
     with pytest.raises(CheckpointError, match=r"other flags \(--global_rounds: 3 in the checkpoint, 4 now"):
-        server_for(data_dir, tmp_path, "-gr", "4", "--checkpoint_every", "1").resume()
+        run_of(server_for(data_dir, tmp_path, "-gr", "4", "--checkpoint_every", "1")).resume()
 
 
 def test_checkpoints_of_the_layout_before_keys_are_still_resumed(data_dir, tmp_path):
     original = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
     play_round(original)
-    path = original.save_checkpoint(0)
+    path = run_of(original).save_checkpoint(0)
     legacy = path.parent.parent  # checkpoints/<name>/, where checkpoints used to lie
     for file in path.parent.iterdir():
         file.rename(legacy / file.name)
     path.parent.rmdir()
     resumed = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
-    assert "resumed after round 0" in resumed.resume()
+    assert "resumed after round 0" in run_of(resumed).resume()
     assert resumed.current_round == 1
 
 
@@ -161,15 +162,15 @@ def test_results_that_cannot_be_written_at_the_end_go_to_a_fallback_file(data_di
             results.write_text("the results folder became a file")
 
     reference = server_for(data_dir, tmp_path / "clean")
-    reference.train()
+    train(reference)
     server = server_of_class(FolderLostDuringTheRun, data_dir, results, head_split=False)
     with pytest.raises(RunError, match="the complete results were written to") as stop:
-        server.train()
+        train(server)
     fallback = spare / "pfl-results" / f"Toy_FedAvg_test_0-{os.getpid()}.h5"
     assert str(fallback) in str(stop.value) and "\n" not in str(stop.value)
     got, attrs = read_results(fallback)
     assert attrs["complete"]
-    same_arrays(got, read_results(reference.results_file())[0])
+    same_arrays(got, read_results(results_file(reference))[0])
 
 
 # ----- item 4: -ab and a kill during finish() -------------------------------------------------------
@@ -179,8 +180,8 @@ def test_a_run_stopped_by_auto_break_and_killed_in_finish_resumes_without_an_ext
              "--checkpoint_every", "1")
     server_class, spec = resolve("FedBABU")
     reference = server_for(data_dir, tmp_path / "clean", *flags)
-    reference.train()
-    expected, _ = read_results(reference.results_file())
+    train(reference)
+    expected, _ = read_results(results_file(reference))
     assert len(expected["rs_test_acc"]) < 13  # -ab did stop the run early
 
     class KilledInFinish(server_class):
@@ -188,11 +189,11 @@ def test_a_run_stopped_by_auto_break_and_killed_in_finish_resumes_without_an_ext
             raise KeyboardInterrupt  # nothing after the last checkpoint survives, as with kill -9
 
     with pytest.raises(KeyboardInterrupt):
-        server_of_class(KilledInFinish, data_dir, tmp_path / "r", *flags, head_split=spec.head_split).train()
+        train(server_of_class(KilledInFinish, data_dir, tmp_path / "r", *flags, head_split=spec.head_split))
     resumed = server_for(data_dir, tmp_path / "r", *flags, "--resume")
-    assert resumed.loop_done
-    resumed.train()
-    got, _ = read_results(resumed.results_file())
+    assert run_of(resumed).loop_done
+    train(resumed)
+    got, _ = read_results(results_file(resumed))
     same_arrays(got, expected)
 
 
@@ -203,7 +204,7 @@ def test_resume_without_a_usable_checkpoint_starts_from_round_0_and_says_so(dama
     flags = cli(data_dir, tmp_path, "--checkpoint_every", "1")
     server = server_for(data_dir, tmp_path, "--checkpoint_every", "1")
     for rnd in range(2 if damage == "all_corrupt" else 1):
-        server.save_checkpoint(rnd)
+        run_of(server).save_checkpoint(rnd)
     folder = folder_of(server)
     if damage == "no_checksum":
         (folder / "round_000000.sha256").unlink()
@@ -241,8 +242,8 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(data_dir, tmp_path):
     lock = lock_path(result_path(tmp_path, "Toy", "FedAvg", "test", 0))
     lock.write_text(f"{dead_pid()}\n")
     server = server_for(data_dir, tmp_path)
-    server.train()
-    assert read_results(server.results_file())[1]["complete"] and not lock.exists()
+    train(server)
+    assert read_results(results_file(server))[1]["complete"] and not lock.exists()
 
 
 # ----- item 11: damaged checkpoint files give one line naming the file -----------------------------
@@ -250,8 +251,8 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(data_dir, tmp_path):
 def test_a_checksum_file_that_is_not_text_is_named_and_the_previous_checkpoint_used(data_dir, tmp_path, capsys):
     server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
     play_round(server)
-    server.save_checkpoint(0)
-    server.save_checkpoint(1)
+    run_of(server).save_checkpoint(0)
+    run_of(server).save_checkpoint(1)
     (folder_of(server) / "round_000001.sha256").write_bytes(b"\xff\xfe\x00garbage")
     code, out, err = run_main(cli(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1", "--resume"), capsys)
     assert code == 0 and "Traceback" not in err, err
@@ -262,8 +263,8 @@ def test_a_checksum_file_that_is_not_text_is_named_and_the_previous_checkpoint_u
 def test_a_checksummed_checkpoint_of_the_wrong_structure_is_named_and_skipped(data_dir, tmp_path, capsys):
     server = server_for(data_dir, tmp_path, "-gr", "3", "--checkpoint_every", "1")
     play_round(server)
-    server.save_checkpoint(0)
-    bad = torch.load(server.save_checkpoint(1), weights_only=True)
+    run_of(server).save_checkpoint(0)
+    bad = torch.load(run_of(server).save_checkpoint(1), weights_only=True)
     tensors = bad["server"]["global_model"]["__module__"]
     name = next(iter(tensors))
     tensors[name] = torch.zeros(3, 3)
@@ -358,21 +359,21 @@ def test_the_resume_round_comes_from_the_payload_not_the_file_name(data_dir, tmp
     server = server_for(data_dir, tmp_path, "-gr", "6", "--checkpoint_every", "1")
     play_round(server)
     server.current_round = 3
-    path = server.save_checkpoint(3)
+    path = run_of(server).save_checkpoint(3)
     for suffix in (".pt", ".sha256"):
         path.with_suffix(suffix).rename(path.parent / f"round_000001{suffix}")
     resumed = server_for(data_dir, tmp_path, "-gr", "6", "--checkpoint_every", "1")
-    assert "resumed after round 3" in resumed.resume() and resumed.current_round == 4
+    assert "resumed after round 3" in run_of(resumed).resume() and resumed.current_round == 4
 
 
 def test_a_checkpoint_without_a_round_entry_uses_the_saved_round_counter(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-gr", "6", "--checkpoint_every", "1")
     server.current_round = 2
-    payload = torch.load(server.save_checkpoint(2), weights_only=True)
+    payload = torch.load(run_of(server).save_checkpoint(2), weights_only=True)
     del payload["round"], payload["loop_done"]  # as written before those entries existed
     save_checkpoint(folder_of(server), 2, payload)
     resumed = server_for(data_dir, tmp_path, "-gr", "6", "--checkpoint_every", "1")
-    assert "resumed after round 2" in resumed.resume() and resumed.current_round == 3
+    assert "resumed after round 2" in run_of(resumed).resume() and resumed.current_round == 3
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS) + ["Ditto+LAG"])

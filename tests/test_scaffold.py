@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from flcore.servers.serverbase import ConfigError
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal
+from conftest import assert_lag_composes, original_and_restored_twin, server_for, state_equal, train, results_file
 
 
 def random_like(tensors, generator, scale=0.1):
@@ -75,8 +75,8 @@ def test_short_run_keeps_c_the_mean_of_all_client_controls_and_new_clients_fine_
         data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD", "-jr", "0.5", "-gr", "2", "-nc", "5",
                         "-nnc", "1", "-ften", "1")
-    server.train()
-    arrays, _ = read_results(server.results_file())
+    train(server)
+    arrays, _ = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 3 and np.isfinite(arrays["rs_train_loss"]).all()
     assert len(arrays["rs_new_test_acc"]) == 1
     # c starts at 0 = mean of the c_i and each round adds the participants' changes over N.

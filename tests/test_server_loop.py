@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.servers.serverbase import RunError
+from utils.errors import RunError
 from utils.result_utils import read_results
-from conftest import server_for, state_equal, upload_current_state
+from conftest import server_for, state_equal, upload_current_state, train, results_file
 
 
 def test_send_overwrites_every_client_selected_or_not(data_dir, tmp_path):
@@ -30,7 +30,7 @@ def test_evaluation_runs_before_local_training_and_is_sample_weighted(data_dir, 
             pred = initial(client.test_data.x).argmax(1)
             correct += int((pred == client.test_data.y).sum())
             total += len(client.test_data.y)
-    server.train()
+    train(server)
     assert server.rs_test_acc == [correct / total]
     assert len(server.rs_test_auc) == 1 and 0 <= server.rs_test_auc[0] <= 1
 
@@ -59,7 +59,7 @@ def test_local_never_exchanges_parameters(data_dir, tmp_path):
     selected = []
     original = server.select_clients
     server.select_clients = lambda: selected.append(original()) or selected[-1]
-    server.train()
+    train(server)
     trained = {c.id for round_clients in selected for c in round_clients}
     for client in server.clients:
         unchanged = state_equal(named_tensors(client.model), before[client.id])
@@ -70,22 +70,22 @@ def test_local_never_exchanges_parameters(data_dir, tmp_path):
 def test_diverging_run_names_round_and_client_and_keeps_results(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-lr", "1e30", "-gr", "3")
     with pytest.raises(RunError, match=r"round 0: client \d+ reached a non-finite loss .* lower -lr"):
-        server.train()
-    arrays, attrs = read_results(server.results_file())
+        train(server)
+    arrays, attrs = read_results(results_file(server))
     assert len(arrays["rs_test_acc"]) == 1  # the evaluation of round 0 was kept
     assert not attrs["complete"]
 
 
 def test_auto_break_stops_when_accuracy_stalls(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-gr", "50", "-ab", "True", "-tc", "2", "-lr", "1e-9")
-    server.train()
+    train(server)
     assert len(server.rs_test_acc) < 51
 
 
 def test_new_clients_are_fine_tuned_and_reported_separately(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-nc", "4", "-nnc", "2", "-ften", "1", "-gr", "1")
-    server.train()
-    arrays, attrs = read_results(server.results_file())
+    train(server)
+    arrays, attrs = read_results(results_file(server))
     assert attrs["complete"] and attrs["rounds_done"] == 2
     assert len(arrays["rs_test_acc"]) == 2 and len(arrays["rs_new_test_acc"]) == 1
     assert arrays["rs_new_client_acc"].shape == (1, 2)

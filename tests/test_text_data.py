@@ -23,8 +23,8 @@ from dataset.generate_AGNews import from_csv_files
 from dataset.utils.client_files import TOKEN_INPUTS, read_client_arrays
 from dataset.utils.generate import DownloadError
 from dataset.utils.text import PAD_ID, UNKNOWN_ID, build_vocabulary, encode, tokenize
-from utils.data_utils import DatasetError, dataset_info, load_client_data
-
+from utils.client_data import load_client_data
+from utils.datasets import DatasetError, dataset_info
 CLIENTS, MAX_LEN, VOCAB_CAP = 4, 24, 40
 TOPIC_WORDS = {1: ["election", "minister", "treaty"], 2: ["match", "goal", "coach"],
                3: ["stocks", "profit", "bank"], 4: ["software", "chip", "internet"]}

@@ -96,7 +96,7 @@ def run_keys() -> Dict[str, "FlagSpec"]:
     """Run-config key -> the project flag it sets: every flag whose declaration names a run key
     (``RunConfig`` in ``utils/run_config.py``, ``LagSettings`` in ``flcore/lag/settings.py``)."""
     from flcore.lag.flagfields import flag_fields
-    from utils.run_config import RunConfig
+    from app.config import RunConfig
     return {spec.run_key: spec for _, spec in flag_fields(RunConfig) if spec.run_key}
 
 
@@ -112,7 +112,7 @@ def run_fraction(context: Context, key: str, default: float):
 
 
 def _run_number(context: Context, key: str, default, kind, wanted: str, ok):
-    from flcore.servers.serverbase import ConfigError
+    from utils.errors import ConfigError
     value = context.run_config.get(key, default)
     number = None
     if not isinstance(value, bool) and isinstance(value, (int, float)) and (kind is float or float(value).is_integer()):
@@ -136,7 +136,7 @@ def in_run_config_terms(message: str) -> str:
 
 def project_config(context: Context, repo: Path):
     """The project's ``RunConfig`` for this run: the run-config keys parsed as main.py's flags
-    (``utils.options``), then resolved (``flcore.runner.prepare``).
+    (``app.options``), then resolved (``app.build.prepare``).
 
     ``-nc`` is ``num-clients``: the dataset must have that many clients (partitions), and the
     embedded Digits dataset is built with that many on first use, as ``system/main.py`` does.
@@ -149,8 +149,8 @@ def project_config(context: Context, repo: Path):
     failed with that message.
     """
     import contextlib
-    from flcore.runner import prepare
-    from utils.options import parse_args
+    from app.build import prepare
+    from app.options import parse_args
 
     run = context.run_config
     rounds = run_int(context, "num-server-rounds", 3, 1)
@@ -171,7 +171,7 @@ def project_config(context: Context, repo: Path):
             parsed = parse_args(argv)
     except SystemExit:
         # argparse printed its usage and "main.py: error: <what>" to stderr; keep <what>, in run-config terms.
-        from flcore.servers.serverbase import ConfigError
+        from utils.errors import ConfigError
         lines = refused.getvalue().strip().splitlines() or ["invalid value"]
         what = lines[-1].split("error: ", 1)[-1]
         raise ConfigError(f"run config: {in_run_config_terms(what)}; set it in [tool.flwr.app.config] or with "
@@ -186,11 +186,11 @@ def project_config(context: Context, repo: Path):
 
 
 def build_model(config):
-    """The global model exactly as ``flcore.runner.build_server`` builds it for ``-algo FedLAG``."""
+    """The global model exactly as ``app.build.build_server`` builds it for ``-algo FedLAG``."""
     from flcore.registry import resolve
-    from flcore.runner import build_checked_model
+    from app.build import build_checked_model
     from flcore.trainmodel.models import split_head
-    from utils.data_utils import dataset_info
+    from utils.datasets import dataset_info
     from utils.seeding import seed_everything
 
     seed_everything(config.seed)
@@ -205,8 +205,8 @@ _DATA: Dict[Tuple, tuple] = {}  # (dataset folder, client id, device) -> (train,
 
 
 def client_data(config, client_id: int):
-    from utils.data_utils import dataset_info, load_client_data
-
+    from utils.client_data import load_client_data
+    from utils.datasets import dataset_info
     info = dataset_info(config.dataset, config.num_clients, config.data_dir)
     key = (str(info.root.resolve()), client_id, str(config.device), config.num_classes)
     if key not in _DATA:
@@ -235,7 +235,7 @@ def build_client(context: Context):
     """This node's project client (``clientFedLAG``, i.e. FedAvg's local SGD) for its partition."""
     repo = use_project(context)
     from flcore.registry import resolve
-    from flcore.runner import hyperparameters
+    from app.build import hyperparameters
 
     config = project_config(context, repo)
     server_class, _ = resolve(ALGORITHM)

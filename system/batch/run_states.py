@@ -1,6 +1,6 @@
 """What to do with each planned run, from its result file: ``complete`` (skip it), ``missing``,
 ``incomplete`` or ``stale`` (made with other flags): run it. The rule is
-:func:`utils.run_identity.run_status`'s; this module applies it to a plan."""
+:func:`app.run_status.run_status`'s; this module applies it to a plan."""
 from __future__ import annotations
 
 import sys
@@ -22,7 +22,7 @@ def run_states(plan: Plan) -> List[str]:
     """One state per run of ``plan``. Imported here, not at the top: ``--help`` and usage errors need
     neither h5py nor torch, and an interpreter without them gets one line saying which one to use."""
     try:
-        from utils.run_identity import run_status
+        from app.run_status import run_status
         return [run_status(run.result_file, list(run.main_flags)) for run in plan.runs]
     except Exception:  # noqa: BLE001 - any failure here means the results cannot be judged
         traceback.print_exc()

@@ -20,10 +20,11 @@ from torch import nn
 from flcore.clients.clientbase import Client
 from flcore.exchange import ClientUpdate
 from utils import progress
-from utils.data_utils import DatasetInfo, load_client_splits
+from utils.errors import RunError
+from utils.client_data import load_client_splits
+from utils.datasets import DatasetInfo
 from utils.metrics import ClientEvaluation
 from utils.paths import REPO_ROOT, SYSTEM_DIR
-from utils.run_config import EXECUTORS, RunConfig
 
 _DATA_ATTRS = ("train_data", "test_data", "val_data")
 
@@ -128,7 +129,7 @@ class RayExecutor:
         channels_last = server.clients[0].train_data.x.is_contiguous(memory_format=torch.channels_last) \
             and not server.clients[0].train_data.x.is_contiguous()
         self.actor_args = (server.data_info, str(server.device), server.num_classes, server.few_shot,
-                           channels_last, torch.get_num_threads(), server.val_ratio,
+                           channels_last, torch.get_num_threads(), server.config.val_ratio,
                            server.upload_needs_gradients())
         self.workers = [self._new_actor() for _ in range(workers)]
 
@@ -160,7 +161,7 @@ class RayExecutor:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout or None)
             if not done:
                 waiting = sorted(c.id for c, _, _ in pending.values())
-                raise _run_error(
+                raise RunError(
                     f"no Ray worker returned a client for {self.timeout:g} s (--ray_timeout); still waiting for "
                     f"clients {_id_list(waiting)}. A worker is stuck (stopped process, lost node) or the cluster "
                     f"cannot place {len(self.workers)} workers x {self.gpus_per_worker:g} GPUs; if local training "
@@ -175,7 +176,7 @@ class RayExecutor:
             except lost_errors as err:
                 retries[client.id] += 1
                 if retries[client.id] > self.RETRIES:
-                    raise _run_error(
+                    raise RunError(
                         f"the Ray worker training client {client.id} died {retries[client.id]} times "
                         f"({type(err).__name__}); the client may exhaust the worker's memory (see Ray's logs "
                         f"under the session's logs/ folder), or use --executor sequential") from None
@@ -201,13 +202,13 @@ class RayExecutor:
         try:
             alive = any(node.get("Alive") for node in self.ray.nodes())
         except Exception as err:  # noqa: BLE001 - the cluster's head itself is gone
-            raise _run_error(f"the Ray cluster's head cannot be reached ({type(err).__name__}), so the lost "
-                             "worker cannot be replaced; restart Ray and run again, with --resume if checkpoints "
-                             "were written") from None
+            raise RunError(f"the Ray cluster's head cannot be reached ({type(err).__name__}), so the lost "
+                           "worker cannot be replaced; restart Ray and run again, with --resume if checkpoints "
+                           "were written") from None
         if not alive:
-            raise _run_error("every node of the Ray cluster is dead (its raylet was stopped or crashed), so the "
-                             "lost worker cannot be replaced; restart Ray (or leave --ray_address empty for a "
-                             "local one) and run again, with --resume if checkpoints were written")
+            raise RunError("every node of the Ray cluster is dead (its raylet was stopped or crashed), so the "
+                           "lost worker cannot be replaced; restart Ray (or leave --ray_address empty for a "
+                           "local one) and run again, with --resume if checkpoints were written")
         self.workers[slot] = self._new_actor()
 
     def close(self) -> None:
@@ -226,12 +227,6 @@ def _id_list(ids: Sequence[int], limit: int = 10) -> str:
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
-def _run_error(message: str) -> Exception:
-    """The project's RunError (imported here because ``serverbase`` imports this module)."""
-    from flcore.servers.serverbase import RunError
-    return RunError(message)
-
-
 def check_reachable(address: str, timeout: float) -> None:
     """Refuse at once a ``host:port`` (or ``ray://host:port``) where nothing listens: ``ray.init`` would
     otherwise retry for minutes. ``auto`` and '' are left to Ray."""
@@ -241,15 +236,15 @@ def check_reachable(address: str, timeout: float) -> None:
     target = address.split("://", 1)[-1]
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
-        raise _run_error(f"--ray_address {address!r} is not host:port (e.g. 10.0.0.1:6379), 'auto' or ''")
+        raise RunError(f"--ray_address {address!r} is not host:port (e.g. 10.0.0.1:6379), 'auto' or ''")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout or 10.0, 10.0)):
             pass
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise _run_error(f"cannot reach a Ray cluster at --ray_address {address} ({reason}); start one there "
-                         f"(ray start --head --port {port}), fix the address, or leave --ray_address empty "
-                         f"to start a local Ray") from None
+        raise RunError(f"cannot reach a Ray cluster at --ray_address {address} ({reason}); start one there "
+                       f"(ray start --head --port {port}), fix the address, or leave --ray_address empty "
+                       f"to start a local Ray") from None
 
 
 def start_ray(address: str = "", timeout: float = 0.0) -> bool:
@@ -273,18 +268,6 @@ def start_ray(address: str = "", timeout: float = 0.0) -> bool:
             ray.shutdown()
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         what = f"join the Ray cluster at --ray_address {address}" if address else "start a local Ray"
-        raise _run_error(f"could not {what} ({first}); check the address, or leave --ray_address empty to "
-                         "start a local Ray") from None
+        raise RunError(f"could not {what} ({first}); check the address, or leave --ray_address empty to "
+                       "start a local Ray") from None
     return True
-
-
-def make_executor(server, config: RunConfig):
-    kind = config.executor
-    if kind == "sequential":
-        return SequentialExecutor()
-    if kind == "ray":
-        return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
-    if kind == "batched":
-        from flcore.batched.executor import BatchedExecutor  # torch.func only when asked for
-        return BatchedExecutor(server, config.batch_clients)
-    raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")

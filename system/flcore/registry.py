@@ -7,7 +7,6 @@ algorithm's optional dependency never slows down or breaks another.
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple, Type
@@ -19,6 +18,7 @@ from flcore.hyperparameters import (APFLParams, DittoParams, FDParams, FedALAPar
                                     FedProtoParams, FedProxParams, FedRepParams, GPFLParams, MOONParams,
                                     PerAvgParams, PFedMeParams, SCAFFOLDParams)
 from utils.errors import UserError
+from utils.names import unknown_name_message
 
 LAG_SUFFIX = "+LAG"
 
@@ -118,44 +118,6 @@ ALGORITHM_GROUPS: Dict[str, Tuple[str, ...]] = {
 
 class UnknownAlgorithmError(UserError, ValueError):
     pass
-
-
-# Below this similarity (difflib's ratio, 0..1) a suggestion is more likely noise than help.
-SUGGESTION_CUTOFF = 0.7
-
-
-def closest_names(name: str, choices: Iterable[str]) -> List[str]:
-    """The valid names ``name`` was probably meant to be (several when they tie), or [].
-
-    A case-insensitive match wins (``fedlag`` -> ``FedLAG``); otherwise the most similar names by
-    difflib's ratio, compared in lower case so that case never costs similarity.
-    """
-    by_lower = {c.lower(): c for c in choices}
-    wanted = name.lower()
-    if wanted in by_lower:
-        return [by_lower[wanted]]
-    scores = {low: difflib.SequenceMatcher(None, wanted, low).ratio() for low in by_lower}
-    top = max(scores.values(), default=0.0)
-    if top < SUGGESTION_CUTOFF:
-        return []
-    return [by_lower[low] for low, score in scores.items() if score == top]
-
-
-def closest_name(name: str, choices: Iterable[str]) -> Optional[str]:
-    """The single most likely meant name (the first of :func:`closest_names`), or None."""
-    names = closest_names(name, choices)
-    return names[0] if names else None
-
-
-def unknown_name_message(kind: str, name: str, choices: Iterable[str], listing: str = "",
-                         where_listed: str = "") -> str:
-    """``unknown <kind> 'x'; did you mean 'y'?`` (plus ``where_listed``, saying where the full list is),
-    or, with no close name, the valid names (``listing`` replaces the plain comma-separated list)."""
-    choices = list(choices)
-    guesses = closest_names(name, choices)
-    if guesses:
-        return f"unknown {kind} {name!r}; did you mean {' or '.join(map(repr, guesses))}?{where_listed}"
-    return f"unknown {kind} {name!r}; choose one of: {listing or ', '.join(choices)}"
 
 
 def algorithms_by_group() -> str:

@@ -178,7 +178,7 @@ def differing_flags(settings: Sequence[Mapping[str, object]]) -> List[str]:
 
 def flag_names() -> Dict[str, str]:
     """Config key -> the shortest command-line spelling (``local_learning_rate`` -> ``-lr``)."""
-    from utils.options import build_parser
+    from app.options import build_parser
     names = {}
     for action in build_parser()._actions:
         if action.option_strings:

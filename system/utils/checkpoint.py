@@ -11,7 +11,6 @@ truncated, corrupt, or cut off mid-write - is skipped and the previous good one 
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import json
@@ -47,28 +46,20 @@ class Checkpoint:
     path: Optional[Path] = None
 
 
-@functools.lru_cache(maxsize=1)
-def _flag_defaults() -> Dict[str, object]:
-    from utils.options import build_parser  # here, not at import: options imports the registry
-    return vars(build_parser().parse_args([]))
-
-
-def _at_default(key: str, value: object) -> bool:
-    defaults = _flag_defaults()
-    return key in defaults and defaults[key] == value
-
-
-def config_key(config: Dict[str, object]) -> str:
+def config_key(config: Dict[str, object], defaults: Dict[str, object]) -> str:
     """A short hash of the flags that change results (every flag but :data:`IGNORED_ON_RESUME`) and are
-    not at their default, so that a flag added in a later version leaves earlier checkpoints findable."""
-    kept = {k: v for k, v in config.items() if k not in IGNORED_ON_RESUME and not _at_default(k, v)}
+    not at their default (``defaults``: every flag's), so that a flag added in a later version leaves
+    earlier checkpoints findable."""
+    kept = {k: v for k, v in config.items()
+            if k not in IGNORED_ON_RESUME and not (k in defaults and defaults[k] == v)}
     text = json.dumps(kept, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-def checkpoint_folder(results_file: Path, config: Dict[str, object]) -> Path:
-    """The checkpoint folder of the run whose results go to ``results_file``, made with flags ``config``."""
-    return checkpoint_root(results_file) / config_key(config)
+def checkpoint_folder(results_file: Path, config: Dict[str, object], defaults: Dict[str, object]) -> Path:
+    """The checkpoint folder of the run whose results go to ``results_file``, made with flags ``config``
+    (``defaults``: every flag's default)."""
+    return checkpoint_root(results_file) / config_key(config, defaults)
 
 
 def checkpoint_root(results_file: Path) -> Path:
@@ -207,10 +198,10 @@ def remove_checkpoints(folder: Path) -> None:
             break
 
 
-def config_differences(saved: Dict[str, object], current: Dict[str, object]) -> List[str]:
+def config_differences(saved: Dict[str, object], current: Dict[str, object], defaults: Dict[str, object]
+                       ) -> List[str]:
     """Flags whose values differ between a checkpoint and the current command. A flag one side does not
-    record (it did not exist yet) counts as its default."""
-    defaults = _flag_defaults()
+    record (it did not exist yet) counts as its default (``defaults``: every flag's)."""
     keys = (set(saved) | set(current)) - IGNORED_ON_RESUME
     differing = []
     for k in sorted(keys):

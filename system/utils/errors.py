@@ -1,4 +1,4 @@
-"""The one base of every error that is the user's to fix.
+"""The one base of every error that is the user's to fix, and the two that any layer raises.
 
 ``main.py`` prints such an error as one line (``error: <message>``) and exits with status 2; anything
 else is a bug and keeps its traceback. Each subclass also keeps its historical built-in base
@@ -10,3 +10,11 @@ exception: it imports only torch so that it drops into a PFLlib checkout, and ``
 
 class UserError(Exception):
     """A problem with what was asked (flags, data, files, devices); the message says what to change."""
+
+
+class ConfigError(UserError, ValueError):
+    """Flags that do not fit together, or do not fit the chosen algorithm; the message says which."""
+
+
+class RunError(UserError, RuntimeError):
+    """A run stopped for a reason the user can act on; the message says what to change."""

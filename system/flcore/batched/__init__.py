@@ -7,6 +7,6 @@
 * :mod:`.engine`   - the step loop over one group of clients;
 * :mod:`.executor` - :class:`~flcore.batched.executor.BatchedExecutor`, what ``make_executor`` returns.
 
-Nothing is imported here, so :mod:`utils.options` can ask :mod:`.support` about a flag combination
+Nothing is imported here, so :mod:`app.options` can ask :mod:`.support` about a flag combination
 without loading the engine.
 """

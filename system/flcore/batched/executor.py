@@ -28,17 +28,8 @@ from flcore.exchange import ClientUpdate
 from flcore.executors import SequentialExecutor, evaluate_in_turn
 from flcore.trainmodel.models import CONVOLUTIONAL
 from utils import progress
+from utils.errors import ConfigError, RunError
 from utils.metrics import ClientEvaluation
-
-
-def _config_error(message: str) -> Exception:
-    from flcore.servers.serverbase import ConfigError  # serverbase imports the executors
-    return ConfigError(message)
-
-
-def _run_error(message: str) -> Exception:
-    from flcore.servers.serverbase import RunError
-    return RunError(message)
 
 
 def one_at_a_time_here(model: str, device: torch.device) -> bool:
@@ -65,7 +56,7 @@ class BatchedExecutor:
         client_class = type(server.clients[0]) if server.clients else server.client_class
         problem = client_problem(client_class, server.algorithm) or model_problem(server.config.model)
         if problem:
-            raise _config_error(problem)
+            raise ConfigError(problem)
         self.one_at_a_time = self.batch_clients == 0 and one_at_a_time_here(server.config.model, server.device)
         if self.one_at_a_time:
             print("note: --executor batched trains this convolutional model one client at a time on the CPU, "
@@ -91,7 +82,7 @@ class BatchedExecutor:
             try:
                 diverged = train_group(group, recipe, self.net, self.data, self.server.clients, self.keep_grads)
             except EngineError as err:
-                raise _run_error(f"{err}; run with --executor sequential") from None
+                raise RunError(f"{err}; run with --executor sequential") from None
             if diverged:
                 # As sequentially: the first diverged client in the round's order is the one reported.
                 raise DivergenceError(min(diverged, key=position.__getitem__))
@@ -122,11 +113,11 @@ class BatchedExecutor:
     def _recipe(self, clients: Sequence) -> Recipe:
         classes = {type(c) for c in clients}
         if len(classes) != 1:
-            raise _run_error(f"--executor batched trains one client class at a time, got "
-                             f"{sorted(c.__qualname__ for c in classes)}; run with --executor sequential")
+            raise RunError(f"--executor batched trains one client class at a time, got "
+                           f"{sorted(c.__qualname__ for c in classes)}; run with --executor sequential")
         entry = recipe_of(classes.pop())
         if not isinstance(entry, Recipe):
-            raise _config_error(client_problem(type(clients[0]), self.server.algorithm))
+            raise ConfigError(client_problem(type(clients[0]), self.server.algorithm))
         return entry
 
     def _empty_caches(self) -> None:

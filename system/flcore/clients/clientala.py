@@ -23,9 +23,7 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
 from flcore.lag.conflict import with_module_buffers
-from utils.data_utils import ClientData
-
-# The authors' convergence rule for the start phase: the standard deviation of the last 10 epoch
+from utils.client_data import ClientData
 # losses below 0.1. The cap is ours: the rule alone may never fire on noisy data.
 CONVERGENCE_WINDOW = 10
 CONVERGENCE_STD = 0.1

@@ -22,11 +22,11 @@ from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
 from flcore.algorithm_flags import Hyperparameters
+from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
 from flcore.state import export_attrs, import_attrs
-from utils.data_utils import ClientData
+from utils.client_data import ClientData
 from utils.metrics import ClientTestStats, test_stats
-from utils.run_config import RunConfig
 from utils.seeding import client_generator
 
 EVAL_BATCH_SIZE = 256
@@ -56,10 +56,19 @@ class Client:
     # Held out of the train data by --val_ratio (set by the server), for choosing the best round.
     val_data: Optional[ClientData] = None
 
-    def __init__(self, config: RunConfig, hparams: Hyperparameters, id: int, train_data: ClientData,
-                 test_data: ClientData, model: nn.Module):
-        """``config``: the run's flags, of which the client keeps what it uses as attributes; ``hparams``:
-        what its algorithm takes (set first: ``make_optimizer`` may read it). Ends with :meth:`setup`."""
+    # PFLlib's names for the flags a client reads, as views of ``self.config``.
+    num_classes = ConfigField()
+    batch_size = ConfigField()
+    learning_rate = ConfigField("local_learning_rate")
+    local_epochs = ConfigField()
+    learning_rate_decay = ConfigField()
+    learning_rate_decay_gamma = ConfigField()
+
+    def __init__(self, config, hparams: Hyperparameters, id: int, train_data: ClientData, test_data: ClientData,
+                 model: nn.Module):
+        """``config``: the run's flags (:class:`~app.config.RunConfig`); ``hparams``: what its algorithm takes
+        (both set first: ``make_optimizer`` may read them). Ends with :meth:`setup`."""
+        self.config = config
         self.hparams = hparams
         self.id = id
         self.train_data = train_data
@@ -67,12 +76,6 @@ class Client:
         self.train_samples = len(train_data)
         self.test_samples = len(test_data)
         self.model = copy.deepcopy(model)
-        self.num_classes = config.num_classes
-        self.batch_size = config.batch_size
-        self.learning_rate = config.local_learning_rate
-        self.local_epochs = config.local_epochs
-        self.learning_rate_decay = config.learning_rate_decay
-        self.learning_rate_decay_gamma = config.learning_rate_decay_gamma
         self.loss = nn.CrossEntropyLoss()
         self.optimizer = self.make_optimizer(self.model.parameters())
         self.learning_rate_scheduler = self.make_scheduler(self.optimizer)

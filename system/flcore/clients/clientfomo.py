@@ -20,8 +20,7 @@ from torch import nn
 from flcore.aggregation import State, copy_into, weighted_average
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedFomoParams
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
+from utils.client_data import ClientData
 
 VALIDATION_FRACTION = 0.2
 
@@ -48,7 +47,7 @@ def fomo_weights(old_loss: float, losses: torch.Tensor, distances: torch.Tensor)
 
 
 class clientFomo(Client):
-    def __init__(self, config: RunConfig, hparams: FedFomoParams, id: int, train_data: ClientData,
+    def __init__(self, config, hparams: FedFomoParams, id: int, train_data: ClientData,
                  test_data: ClientData, model: nn.Module):
         train_part, validation = split_validation(train_data)
         super().__init__(config, hparams, id, train_part, test_data, model)

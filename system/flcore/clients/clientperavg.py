@@ -24,8 +24,7 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PerAvgParams
 from flcore.training.personal import parameter_copies, run_batch_steps
-from utils.data_utils import ClientData
-from utils.run_config import RunConfig
+from utils.client_data import ClientData
 
 ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the training batches
 
@@ -34,7 +33,7 @@ class clientPerAvg(Client):
     persistent_attrs = ("meta_optimizer", "adaptation_generator")
 
     # Not setup(): the adaptation stream is seeded from the run's seed, which a client does not keep.
-    def __init__(self, config: RunConfig, hparams: PerAvgParams, id: int, train_data: ClientData,
+    def __init__(self, config, hparams: PerAvgParams, id: int, train_data: ClientData,
                  test_data: ClientData, model: nn.Module):
         super().__init__(config, hparams, id, train_data, test_data, model)
         self.beta = hparams.meta_step_size

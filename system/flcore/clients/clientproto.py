@@ -19,7 +19,7 @@ from torch import nn
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
-from utils.data_utils import ClientData
+from utils.client_data import ClientData
 from utils.metrics import ClientTestStats, test_stats
 
 

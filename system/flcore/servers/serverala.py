@@ -16,9 +16,9 @@ from torch import nn
 from flcore.clients.clientala import clientALA
 from flcore.hyperparameters import FedALAParams
 from flcore.lagaware import lag_personal_names
-from flcore.servers.serverbase import ConfigError, Server
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
+from flcore.servers.serverbase import Server
+from utils.errors import ConfigError
+from utils.datasets import DatasetInfo
 
 
 class FedALA(Server):
@@ -27,7 +27,7 @@ class FedALA(Server):
     entropy fine-tuning."""
     client_class = clientALA
 
-    def __init__(self, config: RunConfig, hparams: FedALAParams, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: FedALAParams, times: int, model: nn.Module, data: DatasetInfo):
         # The flag's lower bound is checked with the flags; the upper one needs the model.
         tensors = len(list(model.parameters()))
         if hparams.mixed_tensors > tensors:

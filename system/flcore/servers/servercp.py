@@ -31,8 +31,7 @@ from flcore.clients.clientcp import clientCP
 from flcore.hyperparameters import FedCPParams
 from flcore.servers.serverbase import Server
 from flcore.trainmodel.fedcp_model import FedCPModel
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
+from utils.datasets import DatasetInfo
 
 
 class FedCP(Server):
@@ -41,7 +40,7 @@ class FedCP(Server):
     noise-free prediction (the global head stays frozen, as in local training)."""
     client_class = clientCP
 
-    def __init__(self, config: RunConfig, hparams: FedCPParams, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: FedCPParams, times: int, model: nn.Module, data: DatasetInfo):
         super().__init__(config, hparams, times, FedCPModel(model.base, model.head), data)
 
     def end_round(self, rnd: int) -> None:

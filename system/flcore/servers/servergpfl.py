@@ -27,8 +27,7 @@ from flcore.clients.clientgpfl import clientGPFL
 from flcore.hyperparameters import GPFLParams
 from flcore.servers.serverbase import Server
 from flcore.trainmodel.gpfl_model import GPFLModel
-from utils.data_utils import DatasetInfo
-from utils.run_config import RunConfig
+from utils.datasets import DatasetInfo
 
 
 class GPFL(Server):
@@ -37,5 +36,5 @@ class GPFL(Server):
     distribution, then -ften epochs of cross-entropy fine-tuning on its personalised route."""
     client_class = clientGPFL
 
-    def __init__(self, config: RunConfig, hparams: GPFLParams, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: GPFLParams, times: int, model: nn.Module, data: DatasetInfo):
         super().__init__(config, hparams, times, GPFLModel(model.base, model.head, config.num_classes), data)

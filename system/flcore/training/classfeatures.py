@@ -13,8 +13,7 @@ from typing import Sequence, Tuple
 import torch
 from torch import nn
 
-from utils.data_utils import ClientData
-
+from utils.client_data import ClientData
 STATS_BATCH_SIZE = 256
 
 

@@ -1,22 +1,22 @@
-"""From parsed flags to a ready server: device, dataset, model, hyper-parameters, seeds (no global state
-mutated)."""
+"""From parsed flags to a ready run: device, dataset, model, hyper-parameters, seeds, the server and,
+with ``--resume``, its state (no global state mutated but the seeds)."""
 from __future__ import annotations
 
 import dataclasses
 
 import torch
 
+from app.config import RunConfig
+from app.options import check_model_name
+from app.run import FederatedRun, run_results_file
+from dataset.utils.client_files import TOKEN_INPUTS
 from flcore.algorithm_flags import Hyperparameters
 from flcore.registry import resolve
-from flcore.servers.serverbase import ConfigError, run_results_file
-from dataset.utils.client_files import TOKEN_INPUTS
 from flcore.trainmodel.models import TEXT_MODELS, build_model, example_batch, split_head
-from utils.data_utils import DatasetError, DatasetInfo, dataset_info, ensure_default_dataset
-from utils.errors import UserError
+from utils.datasets import DatasetError, DatasetInfo, dataset_info, ensure_default_dataset
+from utils.errors import ConfigError, UserError
 from utils.paths import RESULTS_DIR, check_name, display_path
-from utils.options import check_model_name
 from utils.result_utils import writable_problem
-from utils.run_config import RunConfig
 from utils.run_lock import check_unlocked
 from utils.seeding import seed_everything
 
@@ -118,12 +118,18 @@ def build_server(config: RunConfig, run: int = 0):
     model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
     if spec.head_split:
         model = split_head(model)
-    server = server_class(run_config, hyperparameters(config), run, model, info)
+    return server_class(run_config, hyperparameters(config), run, model, info)
+
+
+def build_run(config: RunConfig, run: int = 0) -> FederatedRun:
+    """:func:`build_server`, driven by a :class:`FederatedRun`, resumed from its newest checkpoint with
+    ``--resume``."""
+    federated_run = FederatedRun(build_server(config, run))
     if config.resume:
-        note = server.resume()
+        note = federated_run.resume()
         if note:
             print(f"note: {note}")
-    return server
+    return federated_run
 
 
 def build_checked_model(name: str, input_shape, num_classes: int, vocab_size=None, max_len=None):

@@ -1,6 +1,6 @@
 """The command line: PFLlib's flag names, short forms and defaults, plus the project's own.
 
-The flags are declared once, as the fields of :class:`~utils.run_config.RunConfig` (and of the
+The flags are declared once, as the fields of :class:`~app.config.RunConfig` (and of the
 hyper-parameter and FedLAG groups it holds); this module makes the argparse parser from them, parses,
 and checks the combinations that parse but make a run pointless.
 
@@ -15,14 +15,16 @@ Differences from PFLlib, on purpose:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import textwrap
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from app.config import RunConfig
 from flcore.lag.flagfields import add_arguments
-from flcore.registry import lag_base, unknown_name_message
+from flcore.registry import lag_base
 from flcore.trainmodel.models import MODELS, UnknownModelError
-from utils.run_config import RunConfig
+from utils.names import unknown_name_message
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -40,12 +42,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line, made from :class:`~utils.run_config.RunConfig`'s field declarations."""
+    """The command line, made from :class:`~app.config.RunConfig`'s field declarations."""
     parser = argparse.ArgumentParser(
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
         formatter_class=HelpFormatter)
     add_arguments(parser, RunConfig)
     return parser
+
+
+@functools.lru_cache(maxsize=1)
+def flag_defaults() -> Dict[str, object]:
+    """Every flag's default, by its ``dest``: what a flag a record lacks stands for."""
+    return vars(build_parser().parse_args([]))
 
 
 def check_model_name(name: str) -> None:

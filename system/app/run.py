@@ -1,0 +1,347 @@
+"""One run of one algorithm: THE round loop, its checkpoints and resume, its results files and the life of
+the executor that trains its clients.
+
+The algorithm (a :class:`~flcore.servers.serverbase.Server`) says what happens in a round through its
+hooks; :class:`FederatedRun` calls them in order, once per round::
+
+    select_clients -> send_models -> evaluate (every eval_gap) -> train_clients(selected)
+    -> receive_models -> aggregate_parameters -> end_round
+
+and around the rounds it owns what an algorithm author never touches: the run lock and the output
+checks before round 0, the progress line and TensorBoard, the executor (``--executor``) for the rounds'
+duration, auto-break (``-ab``), checkpoints every ``--checkpoint_every`` rounds and ``--resume``, and the
+``.h5`` and CSV (with a fallback file when the results folder cannot be written).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from app.config import EXECUTORS, RunConfig
+from app.options import flag_defaults
+from flcore.clients.clientbase import DivergenceError
+from flcore.executors import RayExecutor, SequentialExecutor
+from flcore.state import StateError
+from utils.accuracy_summary import AccuracySummary, summary_from_arrays
+from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
+                              has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
+                              remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
+from utils.errors import RunError
+from utils.paths import RESULTS_DIR, display_path, portable_config
+from utils.progress import RoundReporter
+from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
+from utils.run_lock import RunLock
+from utils.run_table import csv_path, git_revision, write_run_csv
+from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
+
+
+def run_results_file(config: RunConfig, run: int) -> Path:
+    """Where run ``run`` of ``config`` writes its .h5 (``--results_dir``, default ``results/``)."""
+    folder = Path(config.results_dir) if config.results_dir else RESULTS_DIR
+    return result_path(folder, config.dataset, config.algorithm, config.goal, run)
+
+
+def make_executor(server, config: RunConfig):
+    """The executor ``--executor`` names, for ``server``'s clients."""
+    kind = config.executor
+    if kind == "sequential":
+        return SequentialExecutor()
+    if kind == "ray":
+        return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
+    if kind == "batched":
+        from flcore.batched.executor import BatchedExecutor  # torch.func only when asked for
+        return BatchedExecutor(server, config.batch_clients)
+    raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
+
+
+def stalled(values: Sequence[float], top_cnt: int) -> bool:
+    """Auto-break's test (``-ab``): the best value is more than ``top_cnt`` evaluations old."""
+    if len(values) <= top_cnt:
+        return False
+    return len(values) - 1 - int(np.argmax(values)) > top_cnt
+
+
+class FederatedRun:
+    """Runs ``server``'s remaining rounds and writes its results (see the module docstring)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.config: RunConfig = server.config
+        # Set by resume() from a checkpoint taken after the loop had ended (last round, or -ab): the
+        # rounds are over and only finish() and the new-client evaluation remain.
+        self.loop_done = False
+        # (intended .h5, why it could not be written) once results had to go to a fallback file.
+        self.results_fallback: Optional[tuple] = None
+        # Checkpoints found under the results name outside its flags' folder, removed when the run completes.
+        self.unkeyed_checkpoints: Optional[Path] = None
+
+    @property
+    def results_file(self) -> Path:
+        return run_results_file(self.config, self.server.times)
+
+    # ----- the run ------------------------------------------------------------------------------
+    def execute(self) -> None:
+        """Run the remaining rounds, then the server's ``finish``, and write the results.
+
+        Before the first round the results name is locked (a second live run with the same name is
+        refused) and the checkpoint folder is tried, so an unwritable location stops the run at once.
+        """
+        try:
+            lock = RunLock(self.results_file).acquire()
+        except OSError as err:
+            raise RunError(f"--results_dir: cannot write to {display_path(self.results_file.parent)} "
+                           f"({err.strerror or err}); choose a writable folder") from None
+        try:
+            self.check_outputs()
+            self.run_rounds()
+        finally:
+            lock.release()
+
+    def check_outputs(self) -> None:
+        """Refuse, before round 0, a results file or checkpoint folder that cannot be written."""
+        path = self.results_file
+        if path.is_dir():
+            raise RunError(f"{display_path(path)} is a folder, where this run writes its results file; "
+                           f"move it away, or give another -go/--goal or --results_dir")
+        if self.config.checkpoint_every:
+            problem = writable_problem(self.checkpoint_folder())
+            if problem:
+                raise RunError(f"--checkpoint_every: cannot write checkpoints to "
+                               f"{display_path(self.checkpoint_folder())} ({problem}); choose another "
+                               f"--results_dir or run without --checkpoint_every")
+
+    def rounds_left(self) -> range:
+        return range(0) if self.loop_done else range(self.server.current_round, self.config.global_rounds + 1)
+
+    def run_rounds(self) -> None:
+        """THE round loop (see the module docstring), then ``finish`` and the results."""
+        server, config = self.server, self.config
+        board = (TensorBoardLog(tensorboard_folder(self.results_file), server.current_round)
+                 if config.tensorboard else None)
+        reporter = RoundReporter(len(self.rounds_left()), first=server.current_round,
+                                 title=f"{server.algorithm} on {server.dataset}")
+        server.executor = make_executor(server, config)
+        try:
+            for rnd in self.rounds_left():
+                server.current_round = rnd
+                start = time.perf_counter()
+                server.selected_clients = server.select_clients()
+                server.send_models()
+                summary = server.evaluate() if rnd % config.eval_gap == 0 else None
+                server.train_clients(server.selected_clients)
+                if summary is not None and config.eval_after_training:
+                    server.evaluate(server.selected_clients, prefix="rs_after")
+                server.receive_models()
+                server.aggregate_parameters()
+                server.end_round(rnd)
+                elapsed = time.perf_counter() - start
+                server.history["rs_round_time"].append(elapsed)
+                reporter.round_done(rnd, elapsed, summary)
+                if board is not None:
+                    board.add_round(rnd, server.history)
+                # Decided before the checkpoint, which records it: a run killed during finish() and
+                # resumed must not train a round past the one -ab stopped at.
+                stop = bool(config.auto_break and stalled(server.rs_test_acc, config.top_cnt))
+                if config.checkpoint_every and (rnd + 1) % config.checkpoint_every == 0:
+                    self.save_checkpoint(rnd, loop_done=stop or rnd == config.global_rounds)
+                if stop:
+                    reporter.note(f"auto-break: best accuracy unchanged for {config.top_cnt} evaluations")
+                    break
+            server.finish()
+            if config.num_new_clients > 0:
+                server.evaluate_new_clients()
+        except DivergenceError as err:
+            path = self.save_results()
+            raise RunError(
+                f"round {server.current_round}: {err} (learning rate {config.local_learning_rate}); "
+                f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
+        except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
+            path = self.save_results()
+            raise RunError(f"round {server.current_round}: {err}. Results so far kept in "
+                           f"{display_path(path)}") from None
+        finally:
+            reporter.close()
+            if board is not None:
+                board.close()
+            server.executor.close()
+            server.executor = SequentialExecutor()
+        path = self.save_results(complete=True)
+        if self.results_fallback:
+            intended, reason = self.results_fallback
+            kept = " (the checkpoints are kept)" if has_checkpoints(self.checkpoint_folder()) else ""
+            raise RunError(f"cannot write {display_path(intended)} ({reason}); the complete results were written "
+                           f"to {path} instead: move that file there{kept}")
+        remove_checkpoints(self.checkpoint_folder())
+        if self.unkeyed_checkpoints is not None:
+            remove_checkpoints(self.unkeyed_checkpoints)
+
+    # ----- checkpoints --------------------------------------------------------------------------
+    def checkpoint_folder(self) -> Path:
+        """This run's checkpoints: under its results name, in a folder of its result-affecting flags."""
+        return checkpoint_folder(self.results_file, self.config.flags(), flag_defaults())
+
+    def save_checkpoint(self, rnd: int, loop_done: bool = False) -> Path:
+        """Everything needed to continue after round ``rnd``, including every random generator.
+
+        ``loop_done``: no round follows (the last round, or -ab stopped the run); a resumed run goes
+        straight to the server's ``finish``.
+        """
+        payload = {"config": self.config.flags(), "server": self.server.get_state(), "rng": global_rng_state(),
+                   "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
+        return save_checkpoint(self.checkpoint_folder(), rnd, payload)
+
+    def checkpoint_problem(self, payload: dict) -> Optional[str]:
+        """Why ``payload`` cannot continue this run, or None; checked before anything is loaded."""
+        if not {"config", "server", "rng"} <= set(payload) or not isinstance(payload["config"], dict):
+            return "not a checkpoint of this program (no config, server or rng entry)"
+        differences = config_differences(payload["config"], self.config.flags(), flag_defaults())
+        if differences:
+            return "made with other flags (" + "; ".join(differences) + ")"
+        rnd = payload_round(payload)
+        if rnd is None:
+            return "holds no valid round number (not a checkpoint of this program)"
+        if rnd > self.config.global_rounds:
+            return f"its round {rnd} is past -gr {self.config.global_rounds}"
+        threads, loop_done = payload.get("threads"), payload.get("loop_done", False)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)) \
+                or not isinstance(loop_done, bool):
+            return "not a checkpoint of this program (threads or loop_done entry of the wrong kind)"
+        problem = rng_state_problem(payload["rng"])
+        try:
+            self.server.check_state(payload["server"])
+        except StateError as err:
+            problem = problem or str(err)
+        if problem:
+            return f"does not fit this run ({problem}); it was not loaded"
+        return None
+
+    def resume(self) -> Optional[str]:
+        """Continue from the newest usable checkpoint of this run's flags; returns a note for the user.
+
+        Unusable checkpoints (no or wrong checksum, unloadable, not fitting this server) are skipped and
+        named; with none usable the run starts from round 0 and says so. Refuses (``CheckpointError``)
+        when the only checkpoints under this results name were made with other flags.
+        """
+        folder = self.checkpoint_folder()
+        try:
+            found = load_latest_checkpoint(folder, check=self.checkpoint_problem)
+        except CheckpointError as err:
+            return f"{err}; starting from round 0"
+        if found is None:
+            found = self._checkpoint_of_other_folders(folder)
+            if found is None:
+                return "no checkpoint to resume from; starting from round 0"
+        try:
+            self.server.set_state(found.payload["server"])
+            set_global_rng_state(found.payload["rng"])
+        except (StateError, RuntimeError, ValueError, KeyError, TypeError) as err:
+            # Past every check, so the server may be half loaded: no other checkpoint can be tried now.
+            raise CheckpointError(f"{display_path(found.path)} passed its checks but cannot be loaded "
+                                  f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
+                                  f"and rerun with --resume") from None
+        self.server.current_round = found.round + 1
+        self.loop_done = found.payload.get("loop_done", False)
+        notes = [f"skipped {s}" for s in found.skipped]
+        threads_note = self._match_checkpoint_threads(found.payload.get("threads"))
+        if threads_note:
+            notes.append(threads_note)
+        if found.path is not None and found.path.parent != folder:  # continued in the flags' own folder
+            self.unkeyed_checkpoints = found.path.parent
+            notes.append(f"read {display_path(found.path)}")
+        done = " (no round left)" if self.loop_done else ""
+        return "; ".join(notes + [f"resumed after round {found.round}{done}"])
+
+    def _checkpoint_of_other_folders(self, folder: Path):
+        """With no checkpoint in this run's flags' folder: one under the same results name but in a folder
+        not keyed by these flags (as the layout before flag keys wrote them), if made with the same
+        flags; else refuse, listing the differences, when there are checkpoints of other flags; else None."""
+        differences: List[str] = []
+        blocking: Optional[Path] = None
+        for other in other_checkpoint_folders(folder):
+            try:
+                found = load_latest_checkpoint(other)
+            except CheckpointError:
+                continue
+            config = found.payload.get("config") if isinstance(found.payload, dict) else None
+            diff = (config_differences(config, self.config.flags(), flag_defaults()) if isinstance(config, dict)
+                    else ["unreadable flags"])
+            if not diff and self.checkpoint_problem(found.payload) is None:
+                return found
+            if blocking is None:
+                differences, blocking = diff, other
+        if blocking is not None:
+            raise CheckpointError(
+                f"cannot resume: the checkpoints of {self.results_file.stem} were made with other flags ("
+                + "; ".join(differences) + f"); rerun with the original flags, or delete {display_path(blocking)} "
+                f"(or run without --resume) to start these flags from round 0")
+        return None
+
+    def _match_checkpoint_threads(self, saved: Optional[int]) -> str:
+        """Use the checkpoint's intra-op thread count, unless ``--threads`` asks for another one.
+
+        Float sums are split across threads, so the same run under another count differs in the last bits.
+        """
+        current = torch.get_num_threads()
+        if not saved or int(saved) == current:
+            return ""
+        if not self.config.threads:
+            torch.set_num_threads(int(saved))
+            return f"using the checkpoint's {int(saved)} intra-op threads (this machine's default is {current})"
+        return (f"the checkpoint ran with {int(saved)} intra-op threads and --threads asks for {current}: "
+                f"the resumed results will differ from an uninterrupted run in the last bits")
+
+    # ----- results ------------------------------------------------------------------------------
+    def result_attrs(self) -> Dict[str, object]:
+        """The server's own attributes plus what bitwise reproducibility depends on besides the flags:
+        the torch build and its thread count."""
+        config = dict(portable_config(self.config.flags()), torch_version=torch.__version__,
+                      intra_op_threads=torch.get_num_threads())
+        return {"config": config, **self.server.result_attrs(), "git_revision": git_revision()}
+
+    def accuracy_summary(self) -> AccuracySummary:
+        """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far."""
+        return summary_from_arrays(self.server.history, self.config.report_last_k)
+
+    def save_results(self, complete: bool = False) -> Path:
+        """Write the run's .h5 and return where it went; ``complete`` marks a run that reached its end
+        (batch tools skip those).
+
+        When the file cannot be written (a full disk, a folder removed or made read-only during the run)
+        the results go to a file in the temporary or home folder instead, and :attr:`results_fallback`
+        says why; when nothing can be written, :class:`RunError` says so and where the newest
+        checkpoint is.
+        """
+        path = self.results_file
+        # The summary goes with every write, an early stop's too: it describes the evaluations the file holds.
+        arrays = self.server.result_arrays()
+        attrs = dict(self.result_attrs(), complete=complete, summary=self.accuracy_summary().as_attrs())
+        try:
+            write_results(path, arrays, attrs)
+            self._write_csv(path, arrays, attrs)
+            return path
+        except (OSError, RuntimeError) as err:  # h5py reports some write failures as RuntimeError
+            reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        fallback, failures = write_results_fallback(path, arrays, attrs)
+        if fallback is None:
+            folder = self.checkpoint_folder()
+            kept = (f"the newest checkpoint in {display_path(folder)} holds the rounds it saved; free space and "
+                    f"rerun with --resume" if has_checkpoints(folder) else "no checkpoint holds them")
+            raise RunError(f"cannot write {display_path(path)} ({reason}) nor a copy ({'; '.join(failures)}); "
+                           f"{kept}")
+        self.results_fallback = (path, reason)
+        self._write_csv(fallback, arrays, attrs)
+        return fallback
+
+    @staticmethod
+    def _write_csv(h5_path: Path, arrays: Dict[str, np.ndarray], attrs: Dict[str, object]) -> None:
+        """The run's CSV beside its .h5; the .h5 is the record, so a CSV that cannot be written is only said."""
+        try:
+            write_run_csv(h5_path, arrays, attrs)
+        except OSError as err:
+            print(f"warning: cannot write {display_path(csv_path(h5_path))} ({err.strerror or err}); the results "
+                  f"are in {display_path(h5_path)}", file=sys.stderr)
