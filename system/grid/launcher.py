@@ -19,10 +19,10 @@ from typing import Dict, List, Optional, Union
 
 from utils.paths import REPO_ROOT
 
-from batch.console import say, warn
-from batch.plan import Plan, Run
-from batch.settings import Settings
-from batch.usage import PROGRAM, PROGRESS
+from grid.console import say, warn
+from grid.plan import Plan, Run
+from grid.settings import Settings
+from grid.usage import PROGRAM, PROGRESS
 
 MAIN = f"{REPO_ROOT}/system/main.py"
 # Exit statuses as a shell reports them: 124 is coreutils' timeout, 128+N a run ended by signal N.

@@ -8,11 +8,11 @@ from typing import Dict, List, Optional, Tuple
 
 from utils.paths import REPO_ROOT
 
-from batch.command_line import CommandLine
-from batch.grid_file import GridFile, read_grid_file
-from batch.partitions import generator_flags
-from batch.usage import UsageError
-from batch.values import list_items, words
+from grid.command_line import CommandLine
+from grid.grid_file import GridFile, read_grid_file
+from grid.partitions import generator_flags
+from grid.usage import UsageError
+from grid.values import list_items, words
 
 DEFAULT_GRID = f"{REPO_ROOT}/benchmarks/grids/quick.grid"
 # Used when neither the grid file nor a flag sets a value ("" : main.py's own default).

@@ -1,4 +1,4 @@
-"""Reading ``run_all.sh``'s flags (see :data:`batch.usage.USAGE`).
+"""Reading ``run_all.sh``'s flags (see :data:`grid.usage.USAGE`).
 
 Parsed by hand rather than with argparse on purpose: the shell version took the word after a flag as
 its value whatever it looked like (``-g --dry-run`` names a grid file), accepted no abbreviations or
@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from utils.paths import REPO_ROOT
 
-from batch.usage import UsageError
-from batch.values import absolute, current_dir
+from grid.usage import UsageError
+from grid.values import absolute, current_dir
 
 # Flags that set a grid value (overriding the grid file), by the grid key they set.
 GRID_FLAGS = {
