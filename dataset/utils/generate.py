@@ -208,7 +208,8 @@ def setting_differences(config: dict, values: Mapping[str, int]) -> List[str]:
 def split_differences(config: dict, options: PartitionOptions) -> List[str]:
     """The partition parameters in which ``config`` differs from ``options``, as ``key X (asked Y)``."""
     defaults = asdict(PartitionOptions())
-    # A key the config lacks was written before that option existed: it holds the option's default.
+    # A key the config lacks counts as the option's default: a config that does not record an option
+    # describes a split made with that option at its default.
     return [f"{key} {config.get(key, defaults[key])!r} (asked {value!r})" for key, value in asdict(options).items()
             if config.get(key, defaults[key]) != value]
 

@@ -112,7 +112,8 @@ def checked_jobs(text: str) -> int:
 
 
 def check(settings: Settings) -> None:
-    """The checks of the shell version, in its order (the first failing one is reported)."""
+    """Every value checked in one fixed order (rounds, clients, timeout, checkpoint, goal, lists,
+    partitions); the first failing check is the one reported."""
     if not re.fullmatch(r"[0-9]+", settings.rounds):
         raise UsageError(f"rounds must be a non-negative integer, got '{settings.rounds}'")
     if not re.fullmatch(r"[1-9][0-9]*", settings.clients):
