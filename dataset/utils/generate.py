@@ -244,11 +244,6 @@ def existing_split_state(out: Path, options: PartitionOptions, settings: Optiona
     return "complete" if verify_files(out, config) is None else "damaged"
 
 
-def existing_split_matches(out: Path, options: PartitionOptions) -> bool:
-    """True when ``out`` holds exactly this split, every file present and intact."""
-    return existing_split_state(out, options) == "complete"
-
-
 def verify_files(root: Path, config: dict) -> Optional[str]:
     """``None`` when every client file under ``root`` matches ``config`` (sample counts, and content
     hashes where the config records them), else what does not."""
