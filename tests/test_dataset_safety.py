@@ -21,8 +21,8 @@ from conftest import REPO, cli, make_images
 from dataset.generate_Digits import DIGITS_DEFAULT
 from dataset.utils.atomic_io import atomic_path
 from dataset.utils.client_files import DatasetFileError, read_client_arrays, read_config, write_client_arrays
+from dataset.utils.command_line import main as generate_main
 from dataset.utils.generate import PartitionOptions, build_dataset
-from dataset.utils.generate import main as generate_main
 from flcore.runner import prepare
 from utils.data_utils import DatasetError, dataset_info, load_client_data
 from utils.options import parse_args

@@ -1,6 +1,6 @@
 """torchvision downloads kept as uint8 arrays, for datasets that are resized before they become floats.
 
-``generate.load_torchvision`` suits a dataset stored as torchvision gives it (``train=True/False``,
+``raw_data.load_torchvision`` suits a dataset stored as torchvision gives it (``train=True/False``,
 ``data``, ``targets``, already the stored size). Omniglot (background and evaluation sets, PIL images)
 and Digit5's domains (SVHN's ``split`` and channel-first ``data``; every domain resized) do not fit it,
 so a generator says how to open one split (:data:`SplitOpener`) and this module does the rest as
@@ -14,7 +14,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
-from dataset.utils.generate import DownloadError, removed_on_failure
+from dataset.utils.raw_data import DownloadError, removed_on_failure
 
 # (download folder, which split) -> (uint8 images, labels) of that split; downloads when needed.
 SplitOpener = Callable[[str, bool], Tuple[np.ndarray, np.ndarray]]
