@@ -2,7 +2,8 @@
 that leave nothing behind when they fail.
 
 A download that fails removes what it wrote (:func:`removed_on_failure`) and ends in one
-:class:`DownloadError` line that says how to build the dataset offline.
+:class:`DownloadError` line that says how to build the dataset offline; torchvision's datasets are
+downloaded by :mod:`dataset.utils.torchvision_splits`.
 """
 from __future__ import annotations
 
@@ -42,39 +43,6 @@ def images_to_float(x: np.ndarray, max_value: float = 255.0) -> np.ndarray:
 def load_source_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
     """A local copy of a dataset: uint8 ``x`` (N x H x W[, C]) and integer ``y``."""
     x, y = read_xy_npz(source)
-    return images_to_float(x), y.astype(np.int64)
-
-
-def torchvision_loader(class_name: str, **kwargs) -> RawLoader:
-    """A :data:`RawLoader` for ``torchvision.datasets.<class_name>``: ``--source`` file, else download."""
-    def load(source: Optional[Path], raw_dir: Path) -> Tuple[np.ndarray, np.ndarray]:
-        if source is not None:
-            return load_source_npz(source)
-        import torchvision.datasets
-        return load_torchvision(getattr(torchvision.datasets, class_name), raw_dir, **kwargs)
-    return load
-
-
-def load_torchvision(dataset_cls, raw_dir: Path, **kwargs) -> Tuple[np.ndarray, np.ndarray]:
-    """Download a torchvision dataset into ``raw_dir`` and merge its train and test splits.
-
-    The split is merged because every client's data is re-split 75/25 after partitioning. When the
-    download fails, whatever it created under ``raw_dir`` (and ``raw_dir`` itself, and any parent
-    folder it had to make) is removed, and :class:`DownloadError` says how to build the data offline.
-    """
-    raw_dir = Path(raw_dir)
-    created_top = _first_missing_ancestor(raw_dir)
-    existed = set(raw_dir.rglob("*")) if created_top is None else set()
-    try:
-        parts = [dataset_cls(str(raw_dir), train=train, download=True, **kwargs) for train in (True, False)]
-    except BaseException as err:
-        _remove_new_paths(raw_dir, created_top, existed)
-        if isinstance(err, (OSError, RuntimeError)):
-            reason = " ".join(str(getattr(err, "reason", None) or err).split())[:200]
-            raise DownloadError(f"could not download {dataset_cls.__name__} ({reason}); {SOURCE_HINT}") from None
-        raise
-    x = np.concatenate([np.asarray(p.data) for p in parts])
-    y = np.concatenate([np.asarray(p.targets) for p in parts])
     return images_to_float(x), y.astype(np.int64)
 
 
