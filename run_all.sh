@@ -6,7 +6,7 @@
 #   ./run_all.sh -a "FedAvg FedLAG FedRep FedRep+LAG" -d MNIST -p "dir0.1 dir1.0" -s 0-2 -r 50 \
 #                --source MNIST=../shared/data/mnist-70k.npz -- -lbs 16
 #
-# ./run_all.sh --help prints the flags. The logic is the Python package system/batch/ (the same as
+# ./run_all.sh --help prints the flags. The logic is the Python package system/grid/ (the same as
 # `python system/run_batch.py`); this wrapper only picks the interpreter: $PYTHON, else python on PATH.
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-$(command -v python || command -v python3)}"

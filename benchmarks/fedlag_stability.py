@@ -63,7 +63,7 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedLAG smoothed, module, K=2": ("FedLAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedLAG smoothed, module, K=1 (default)": ("FedLAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     # K counts the layers X keeps personal itself: with K = 1, X+LAG is X for the three methods whose
-    # head is already personal; K = 2 adds one shared layer (what "K = 1 extra" meant before).
+    # head is already personal; K = 2 adds one shared layer.
     "FedRep+LAG": ("FedRep+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     "FedROD+LAG": ("FedROD+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
     "FedAS+LAG": ("FedAS+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),

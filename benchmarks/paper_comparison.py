@@ -13,7 +13,7 @@ authors' scripts; the paper's table says 0.5), ``--clients`` clients of which ``
 each round, local training as in the authors' scripts (SGD, lr 0.005, batch 16, 1 epoch).
 
 How: one grid file per dataset (``<out>/grids/``), each run as ``run_all.sh -g <grid>`` runs it, by the
-same :mod:`batch` package, in this process (datasets built offline into dataset/<Base>-dir<alpha>/,
+same :mod:`grid` package, in this process (datasets built offline into dataset/<Base>-dir<alpha>/,
 runs already complete are skipped, so the command resumes), then ``system/report.py`` over exactly
 the runs those batches planned. ``<out>`` (default results/benchmarks/paper_comparison/) receives the
 table and figures, ``runs/`` with the ``.h5`` files and ``runs/logs/``, and COMMAND.md with the exact
@@ -46,10 +46,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
 
-from batch.cli import settings_from_flags  # noqa: E402
-from batch.plan import plan_runs  # noqa: E402
-from batch.session import run_batch  # noqa: E402
-from batch.usage import PROGRAM, UsageError  # noqa: E402
+from grid.cli import settings_from_flags  # noqa: E402
+from grid.plan import plan_runs  # noqa: E402
+from grid.session import run_batch  # noqa: E402
+from grid.usage import PROGRAM, UsageError  # noqa: E402
 from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base, lag_composable  # noqa: E402
 
 DATASETS = {  # name -> (source file, model)
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
             flags += ["--timeout", str(args.timeout)]
         if args.dry_run:
             flags.append("--dry-run")
-        # The command that runs the same batch by hand; here the batch package runs it in this process.
+        # The command that runs the same batch by hand; here the grid package runs it in this process.
         print(f"\n$ {shlex.join(['bash', str(REPO / 'run_all.sh'), *flags])}", flush=True)
         try:
             settings = settings_from_flags(flags)

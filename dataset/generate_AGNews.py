@@ -20,7 +20,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataset.utils.generate import main as generate_main  # noqa: E402
+from dataset.utils.command_line import main as generate_main  # noqa: E402
 from dataset.utils.release import downloading, fetch  # noqa: E402
 from dataset.utils.topic_csv import TEXT_SETTINGS, TopicCsv, load_source  # noqa: E402
 from dataset.utils.topic_csv import from_csv_files as topic_csv_files  # noqa: E402

@@ -27,11 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from dataset.utils.client_files import DatasetFileError  # noqa: E402
+from dataset.utils.command_line import (GENERATOR_ERRORS, options_from_args, output_folder,  # noqa: E402
+                                        parse_args, setting_values)
 from dataset.utils.domains import client_domains, partition_by_domain  # noqa: E402
-from dataset.utils.generate import (GENERATOR_ERRORS, DownloadError, GenerateError,  # noqa: E402
-                                    GeneratorSetting, PartitionOptions, already_built, build_dataset,
-                                    options_from_args, output_folder, parse_args, setting_values)
+from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOptions,  # noqa: E402
+                                    already_built, build_dataset)
 from dataset.utils.images import RGB, check_images, float_images, read_image_npz, resize_images  # noqa: E402
+from dataset.utils.raw_data import DownloadError  # noqa: E402
 from dataset.utils.torchvision_splits import download_splits, pooled  # noqa: E402
 
 NAME = "Digit5"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataset.utils.generate import (GenerateError, PartitionOptions, folder_suggestion,  # noqa: E402
-                                    images_to_float, load_source_npz, main)
+from dataset.utils.command_line import folder_suggestion, main  # noqa: E402
+from dataset.utils.generate import GenerateError, PartitionOptions  # noqa: E402
+from dataset.utils.raw_data import images_to_float, load_source_npz  # noqa: E402
 
 # Digits pixels are 4-bit intensities.
 DIGITS_MAX_VALUE = 16.0

@@ -33,8 +33,8 @@ from typing import Dict, Iterator, Optional, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dataset.utils.client_files import DatasetFileError  # noqa: E402
-from dataset.utils.generate import removed_on_failure  # noqa: E402
-from dataset.utils.generate import main as generate_main  # noqa: E402
+from dataset.utils.command_line import main as generate_main  # noqa: E402
+from dataset.utils.raw_data import removed_on_failure  # noqa: E402
 from dataset.utils.release import downloading, fetch  # noqa: E402
 from dataset.utils.topic_csv import SPLIT_FILES, TEXT_SETTINGS, TopicCsv, load_source  # noqa: E402
 

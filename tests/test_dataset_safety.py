@@ -21,12 +21,12 @@ from conftest import REPO, cli, make_images
 from dataset.generate_Digits import DIGITS_DEFAULT
 from dataset.utils.atomic_io import atomic_path
 from dataset.utils.client_files import DatasetFileError, read_client_arrays, read_config, write_client_arrays
+from dataset.utils.command_line import main as generate_main
 from dataset.utils.generate import PartitionOptions, build_dataset
-from dataset.utils.generate import main as generate_main
 from app.build import prepare
+from app.options import parse_args
 from utils.client_data import load_client_data
 from utils.datasets import DatasetError, dataset_info
-from app.options import parse_args
 from utils.result_utils import write_results
 
 CPU = torch.device("cpu")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, main_command
-from dataset.utils.generate import DownloadError, load_torchvision
+from dataset.utils.raw_data import DownloadError
+from dataset.utils.torchvision_splits import load_torchvision
 from flcore.registry import ALGORITHM_GROUPS, ALGORITHMS, UnknownAlgorithmError, resolve, valid_names
 from utils.names import closest_names
 from flcore.trainmodel.models import MODELS, UnknownModelError

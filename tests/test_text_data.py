@@ -21,7 +21,7 @@ from dataset import generate_AGNews, generate_Shakespeare
 from dataset.utils import release
 from dataset.generate_AGNews import from_csv_files
 from dataset.utils.client_files import TOKEN_INPUTS, read_client_arrays
-from dataset.utils.generate import DownloadError
+from dataset.utils.raw_data import DownloadError
 from dataset.utils.text import PAD_ID, UNKNOWN_ID, build_vocabulary, encode, tokenize
 from utils.client_data import load_client_data
 from utils.datasets import DatasetError, dataset_info

@@ -12,7 +12,7 @@ Each ``.npz`` holds two plain arrays, ``x`` and ``y`` (int64, N), so it loads wi
 * ``vectors``: float32 feature vectors, N x D, ``input_shape`` [D].
 
 PFLlib's legacy files store one pickled dict under the key ``data``; :func:`read_client_arrays`
-still reads them, through an unpickler that accepts NumPy arrays and nothing else. Before any
+also reads them, through an unpickler that accepts NumPy arrays and nothing else. Before any
 array is allocated, its header's shape and dtype are checked against the bytes the file really
 holds, so a corrupt header cannot ask for terabytes.
 

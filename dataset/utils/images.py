@@ -1,5 +1,5 @@
 """Images brought to the one shape a dataset stores: uint8 pixels resized and made grey or RGB, then
-float32 N x C x H x W (:func:`float_images`, PFLlib's normalisation as ``generate.images_to_float``).
+float32 N x C x H x W (:func:`float_images`, PFLlib's normalisation as ``raw_data.images_to_float``).
 
 A dataset whose sources differ in size or colour (Omniglot's 105x105 drawings, Digit5's 16x16 grey to
 32x32 colour digits, a Tiny ImageNet JPEG saved in grey) is resized here with PIL's bilinear filter,
@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from dataset.utils.client_files import DatasetFileError, read_xy_npz
-from dataset.utils.generate import images_to_float
+from dataset.utils.raw_data import images_to_float
 
 GREY, RGB = 1, 3
 _MODES = {GREY: "L", RGB: "RGB"}

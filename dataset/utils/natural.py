@@ -22,9 +22,8 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dataset.utils.generate import (DATASET_ROOT, GENERATOR_ERRORS, GenerateError, GeneratorSetting,
-                                    PartitionOptions, already_built, build_dataset, output_folder,
-                                    setting_values)
+from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, output_folder, setting_values
+from dataset.utils.generate import GenerateError, GeneratorSetting, PartitionOptions, already_built, build_dataset
 from dataset.utils.partition import PartitionError
 
 NATURAL = "natural"

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from dataset.utils.client_files import DatasetFileError
-from dataset.utils.generate import DownloadError, removed_on_failure
+from dataset.utils.raw_data import DownloadError, removed_on_failure
 
 # What is wrong with a downloaded file (None when nothing is).
 FileCheck = Callable[[Path], Optional[str]]

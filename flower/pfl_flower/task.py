@@ -94,7 +94,7 @@ APP_DEFAULTS = {"goal": "flower", "device": "cpu"}
 
 def run_keys() -> Dict[str, "FlagSpec"]:
     """Run-config key -> the project flag it sets: every flag whose declaration names a run key
-    (``RunConfig`` in ``utils/run_config.py``, ``LagSettings`` in ``flcore/lag/settings.py``)."""
+    (``RunConfig`` in ``app/config.py``, ``LagSettings`` in ``flcore/lag/settings.py``)."""
     from flcore.lag.flagfields import flag_fields
     from app.config import RunConfig
     return {spec.run_key: spec for _, spec in flag_fields(RunConfig) if spec.run_key}

@@ -1,7 +1,7 @@
 """``RunConfig``: a run's flags as one frozen, typed object, and the one declaration of the common flags.
 
 Every field declares its flag (PFLlib's short and long names, default, help, allowed values;
-``flcore/lag/flagfields.py``): ``utils/options.py`` makes the command line from these declarations and
+``flcore/lag/flagfields.py``): ``app/options.py`` makes the command line from these declarations and
 refuses what they refuse, with the flag named. Two groups sit inside: PFLlib's shared hyper-parameter
 flags (:class:`~flcore.algorithm_flags.AlgorithmFlags`: ``-mu``, ``-lam`` ..., which the chosen
 algorithm reads through its own dataclass) and FedLAG's (:class:`~flcore.lag.settings.LagSettings`).

@@ -1,8 +1,8 @@
 """What a dataset's inputs are (images, token ids or feature vectors), checked against its config and its files.
 
 The kinds and their on-disk form are defined in ``dataset/utils/client_files.py``. Each check here
-returns the problem as text (None when there is none); :mod:`utils.data_utils` turns it into a
-``DatasetError`` with the command that rebuilds the folder.
+returns the problem as text (None when there is none); :mod:`utils.client_data` and
+:mod:`utils.datasets` turn it into a ``DatasetError`` with the command that rebuilds the folder.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from utils.errors import UserError
 
 # Error lines start with the command users type, whichever entry point ran the module.
 PROGRAM = "run_all.sh"
-# Progress lines have their own, shorter prefix (kept from the shell version: logs and tests grep it).
+# Progress lines have their own, shorter prefix, fixed because logs and tests grep for it.
 PROGRESS = "run_all:"
 
 USAGE = """\

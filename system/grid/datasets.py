@@ -8,12 +8,12 @@ from typing import Dict, List
 
 from utils.paths import REPO_ROOT
 
-from batch.logs import last_line
-from batch.partitions import generator_flags
-from batch.plan import Plan
-from batch.settings import Settings
-from batch.console import say
-from batch.usage import PROGRESS
+from grid.logs import last_line
+from grid.partitions import generator_flags
+from grid.plan import Plan
+from grid.settings import Settings
+from grid.console import say
+from grid.usage import PROGRESS
 
 
 def build_datasets(settings: Settings, plan: Plan, states: List[str]) -> Dict[str, str]:

@@ -8,11 +8,11 @@ from typing import Dict, List, Optional, Tuple
 
 from utils.paths import REPO_ROOT
 
-from batch.command_line import CommandLine
-from batch.grid_file import GridFile, read_grid_file
-from batch.partitions import generator_flags
-from batch.usage import UsageError
-from batch.values import list_items, words
+from grid.command_line import CommandLine
+from grid.grid_file import GridFile, read_grid_file
+from grid.partitions import generator_flags
+from grid.usage import UsageError
+from grid.values import list_items, words
 
 DEFAULT_GRID = f"{REPO_ROOT}/benchmarks/grids/quick.grid"
 # Used when neither the grid file nor a flag sets a value ("" : main.py's own default).
@@ -112,7 +112,8 @@ def checked_jobs(text: str) -> int:
 
 
 def check(settings: Settings) -> None:
-    """The checks of the shell version, in its order (the first failing one is reported)."""
+    """Every value checked in one fixed order (rounds, clients, timeout, checkpoint, goal, lists,
+    partitions); the first failing check is the one reported."""
     if not re.fullmatch(r"[0-9]+", settings.rounds):
         raise UsageError(f"rounds must be a non-negative integer, got '{settings.rounds}'")
     if not re.fullmatch(r"[1-9][0-9]*", settings.clients):

@@ -7,8 +7,8 @@ from typing import Dict, List, Tuple
 
 from utils.paths import REPO_ROOT
 
-from batch.usage import UsageError
-from batch.values import absolute, words
+from grid.usage import UsageError
+from grid.values import absolute, words
 
 # Keys holding one list or one value; a later line replaces an earlier one.
 VALUE_KEYS = ("algorithms", "datasets", "partitions", "seeds", "models", "rounds", "clients", "join_ratio",

@@ -1,13 +1,13 @@
-"""The batch package in-process: how flags, a grid file and defaults become runs (run_all.sh's rules,
+"""The grid package in-process: how flags, a grid file and defaults become runs (run_all.sh's rules,
 also used by benchmarks/paper_comparison.py), and how a batch's end is summarised."""
 import pytest
 
-from batch.cli import main, settings_from_flags
-from batch.command_line import parse_command_line
-from batch.executor import SKIPPED, STOPPED, TIMED_OUT, UNBUILT, Execution
-from batch.plan import plan_runs
-from batch.summary import summarize
-from batch.usage import UsageError
+from grid.cli import main, settings_from_flags
+from grid.command_line import parse_command_line
+from grid.launcher import SKIPPED, STOPPED, TIMED_OUT, UNBUILT, Execution
+from grid.plan import plan_runs
+from grid.summary import summarize
+from grid.usage import UsageError
 
 
 def test_flags_override_the_grid_and_every_run_gets_its_flags(tmp_path):
@@ -74,7 +74,7 @@ def test_summary_counts_each_outcome_and_sets_the_exit_status(tmp_path):
 def test_runs_get_one_thread_unless_the_user_chose(monkeypatch):
     """Not cores / jobs (oversubscribed on a busy machine, and results that depend on -j): one intra-op
     thread per run, whatever -j; an OMP_NUM_THREADS the user exported is kept."""
-    from batch.executor import run_environment
+    from grid.launcher import run_environment
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert run_environment()["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from batch.partitions import folder_name
-from batch.settings import Settings, algorithm_flags
+from grid.partitions import folder_name
+from grid.settings import Settings, algorithm_flags
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from batch.executor import SKIPPED, STOPPED, TIMED_OUT, UNBUILT, Execution
-from batch.logs import last_nonblank_line
-from batch.plan import Plan
-from batch.settings import Settings
-from batch.usage import PROGRESS
+from grid.launcher import SKIPPED, STOPPED, TIMED_OUT, UNBUILT, Execution
+from grid.logs import last_nonblank_line
+from grid.plan import Plan
+from grid.settings import Settings
+from grid.usage import PROGRESS
 
 INTERRUPTED_EXIT = 130
 

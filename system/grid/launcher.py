@@ -1,8 +1,9 @@
-"""Running the planned runs of ``system/main.py``, ``-j N`` at once, each with its own log.
+"""Launching and supervising the planned runs: one ``system/main.py`` process per run, ``-j N`` at once,
+each with its own log and, with ``--timeout``, stopped when it runs too long.
 
-Each run is started in a session of its own: a Ctrl-C on the terminal then reaches the batch only,
-which stops the running runs with SIGTERM (they count as stopped, not failed) and starts no more, as the
-shell version did by running them as background jobs.
+Each run is started in a session of its own, so that a Ctrl-C on the terminal reaches the batch only,
+not the runs: the batch then stops the running runs with SIGTERM, which makes them count as stopped
+rather than failed, and starts no more.
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from typing import Dict, List, Optional, Union
 
 from utils.paths import REPO_ROOT
 
-from batch.console import say, warn
-from batch.plan import Plan, Run
-from batch.settings import Settings
-from batch.usage import PROGRAM, PROGRESS
+from grid.console import say, warn
+from grid.plan import Plan, Run
+from grid.settings import Settings
+from grid.usage import PROGRAM, PROGRESS
 
 MAIN = f"{REPO_ROOT}/system/main.py"
 # Exit statuses as a shell reports them: 124 is coreutils' timeout, 128+N a run ended by signal N.
@@ -131,8 +132,8 @@ class RunPool:
     @contextmanager
     def stopped_by_signals(self):
         """SIGINT, SIGTERM or SIGHUP stop the batch: no new run starts and running ones get SIGTERM.
-        A signal the batch was started ignoring stays ignored (``nohup ./run_all.sh`` survives a logout),
-        as a shell script cannot trap those either."""
+        A signal the batch was started ignoring stays ignored, so that ``nohup ./run_all.sh`` survives a
+        logout."""
         previous = {}
         if threading.current_thread() is threading.main_thread():  # only there can handlers be set
             for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

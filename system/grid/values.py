@@ -1,12 +1,13 @@
-"""Lists, flag strings and paths read exactly as the shell version of ``run_all.sh`` read them, so
-that grid files and commands written for it keep their meaning."""
+"""Lists, flag strings and paths read by a shell's rules: words split on blanks only, a relative path
+joined to its base as typed (not normalised), the working directory as the user's shell spells it. A
+value in a grid file or after a flag thus means what the same words would mean on a command line."""
 from __future__ import annotations
 
 import os
 import re
 from typing import List
 
-# Bash splits unquoted words on its default IFS only: space, tab and newline (no globbing, no quotes).
+# Words are split on Bash's default IFS only: space, tab and newline (no globbing, no quotes).
 _IFS = re.compile(r"[ \t\n]+")
 
 

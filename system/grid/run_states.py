@@ -7,8 +7,8 @@ import sys
 import traceback
 from typing import List
 
-from batch.plan import Plan
-from batch.usage import UsageError
+from grid.plan import Plan
+from grid.usage import UsageError
 
 # Dry-run wording of each state.
 DRY_RUN_ACTIONS = {

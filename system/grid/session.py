@@ -9,14 +9,14 @@ from typing import Dict, List
 
 from utils.paths import REPO_ROOT
 
-from batch.console import say, warn
-from batch.datasets import build_datasets
-from batch.executor import execute, run_environment
-from batch.plan import Plan
-from batch.run_states import dry_run_action, run_states
-from batch.settings import Settings
-from batch.summary import summarize
-from batch.usage import PROGRESS, UsageError
+from grid.console import say, warn
+from grid.datasets import build_datasets
+from grid.launcher import execute, run_environment
+from grid.plan import Plan
+from grid.run_states import dry_run_action, run_states
+from grid.settings import Settings
+from grid.summary import summarize
+from grid.usage import PROGRESS, UsageError
 
 
 @dataclass

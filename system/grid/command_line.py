@@ -1,9 +1,9 @@
-"""Reading ``run_all.sh``'s flags (see :data:`batch.usage.USAGE`).
+"""Reading ``run_all.sh``'s flags (see :data:`grid.usage.USAGE`).
 
-Parsed by hand rather than with argparse on purpose: the shell version took the word after a flag as
-its value whatever it looked like (``-g --dry-run`` names a grid file), accepted no abbreviations or
-``--flag=value`` forms, and stopped at ``-h`` before looking at what follows. Commands written for it
-keep working, and fail, the same way.
+Parsed by hand rather than with argparse on purpose: the word after a flag is its value whatever it
+looks like (``-g --dry-run`` names a grid file), a flag is only ever its whole name (no abbreviation, no
+``--flag=value``), and ``-h`` stops the reading before anything after it is looked at. A command thus
+means exactly the words it spells, and a word that is not a flag is refused rather than guessed at.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from utils.paths import REPO_ROOT
 
-from batch.usage import UsageError
-from batch.values import absolute, current_dir
+from grid.usage import UsageError
+from grid.values import absolute, current_dir
 
 # Flags that set a grid value (overriding the grid file), by the grid key they set.
 GRID_FLAGS = {

@@ -6,11 +6,11 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from batch.command_line import parse_command_line
-from batch.plan import plan_runs
-from batch.session import run_batch
-from batch.settings import Settings, resolve_settings
-from batch.usage import PROGRAM, USAGE, UsageError
+from grid.command_line import parse_command_line
+from grid.plan import plan_runs
+from grid.session import run_batch
+from grid.settings import Settings, resolve_settings
+from grid.usage import PROGRAM, USAGE, UsageError
 
 
 def settings_from_flags(argv: Sequence[str]) -> Settings:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import re
 from typing import List, Optional
 
-# Every partition parameter a batch varies is in the folder name. The default client count keeps the
-# name earlier batches used (D-P); any other gets -nc<N>, so a D-P folder from an old batch with another
-# count is not reused: the generator refuses to overwrite a different split, and main.py checks the
-# files against config.json.
+# Every partition parameter a batch varies is in the folder name. The default client count names the
+# folder D-P; any other count adds -nc<N>, so runs with two counts never share a folder. A D-P folder
+# that holds another count anyway (built by hand) is not reused: the generator refuses to overwrite a
+# different split, and main.py checks the files against config.json.
 DEFAULT_CLIENTS = "20"
 _NUMBER = r"[0-9]*\.?[0-9]+"
 
 
 def folder_name(dataset: str, partition: str, clients: str) -> str:
     """``D`` for partition ``-`` (the folder as it is), ``D-P``, or ``D-P-nc<N>``. ``clients`` is compared
-    as written, as the shell version did."""
+    as written, not as a number (``020`` names ``D-P-nc020``): like every number of a grid, it goes into
+    names as the grid spells it."""
     if partition == "-":
         return dataset
     if clients == DEFAULT_CLIENTS:

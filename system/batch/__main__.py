@@ -1,7 +1,0 @@
-"""``python -m batch [run_all.sh flags]`` where the project is installed (``pip install -e .``); from a
-checkout, ``./run_all.sh`` or ``python system/run_batch.py`` do the same."""
-import sys
-
-from batch.cli import main
-
-sys.exit(main())
