@@ -6,6 +6,7 @@ import torch
 from torch.func import functional_call
 
 from flcore.aggregation import named_tensors
+from flcore.lag.conflict import with_module_buffers
 from utils.errors import ConfigError
 from utils.result_utils import read_results
 from conftest import assert_lag_composes, play_round, server_for, train, results_file
@@ -56,7 +57,7 @@ def test_one_weight_step_is_w_minus_eta_grad_times_the_difference_clipped(data_d
     loss = torch.nn.functional.cross_entropy(functional_call(model, theta, (x,)), y)
     grads = dict(zip(w0, torch.autograd.grad(loss, [theta[k] for k in w0])))
     expected_w = {k: (w0[k] - eta * grads[k] * (received[k] - local[k])).clamp(0, 1) for k in w0}
-    client.adaptive_local_aggregation(server.global_model)
+    client.adaptive_local_aggregation(server.broadcast())
     for k in w0:
         assert torch.allclose(client.ala_weights[k], expected_w[k], atol=1e-6), k
         mixed = local[k] + (received[k] - local[k]) * expected_w[k]
@@ -113,7 +114,9 @@ def test_ala_keeps_a_personal_modules_batchnorm_statistics_while_it_learns(data_
             if buffer.is_floating_point():
                 buffer.add_(1.0)   # the client's own statistics differ from the global ones
     own = {n: t.clone() for n, t in named_tensors(model).items() if n.startswith(bn + ".")}
-    client.adaptive_local_aggregation(server.global_model, keep)
+    # What X+LAG broadcasts when it keeps that module personal: everything but its tensors and buffers.
+    kept = with_module_buffers(model, sorted(keep))
+    client.adaptive_local_aggregation({n: t for n, t in server.broadcast().items() if n not in kept})
     after = named_tensors(model)
     for name, value in own.items():
         assert torch.equal(after[name], value), name

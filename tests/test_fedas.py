@@ -146,15 +146,15 @@ def test_alignment_under_lag_starts_from_and_keeps_the_clients_personal_layers(d
     perturb_all_clients(server)
     keep = frozenset({"fc1.0.weight", "fc1.0.bias"})
     own = {n: t.clone() for n, t in named_tensors(client.model.base).items()}
-    global_base = server.global_model.base
-    client.receive_aligned(global_base, keep)
+    # What X+LAG broadcasts when it keeps fc1 personal: the global body less that module's tensors.
+    client.receive_aligned({n: t for n, t in server.broadcast().items() if n not in keep})
     after = named_tensors(client.model.base)
     assert state_equal(after, own, keep)
     # The same client without LAG aligns a copy holding the global values: its shared positions differ.
     twin_server = server_for(data_dir, tmp_path / "twin", "-algo", "FedAS", "-m", "CNN", "-lbs", "32")
     perturb_all_clients(twin_server)
     twin = twin_server.clients[0]
-    twin.receive_aligned(twin_server.global_model.base)
+    twin.receive_aligned(twin_server.broadcast())
     without = named_tensors(twin.model.base)
     assert not state_equal(without, own, keep)
     assert not state_equal(after, without, set(after) - keep)  # alignment saw the personal layers

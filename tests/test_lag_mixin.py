@@ -36,6 +36,27 @@ def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_cli
         assert not state_equal(state, global_state, personal)
 
 
+def test_a_client_never_loads_a_personal_layer(data_dir, tmp_path, monkeypatch):
+    """LAG filters what a client receives: the personal layers (and their modules' buffers) are left out
+    of the broadcast itself, so no client ever copies them in (nothing is overwritten and put back)."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "ResNet20", "-nc", "6", "-gr", "0",
+                        "--lag_granularity", "module", "--lag_top_k", "1")
+    play_round(server)
+    bn_layer = next(i for i, layer in enumerate(server.lag_layers) if layer.name.endswith("bn1"))
+    server.lag_selector.personal = (bn_layer,)
+    module = server.lag_layers[bn_layer].name
+    kept = {f"{module}.{s}" for s in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}
+    assert server.personal_names() == kept
+    assert kept.isdisjoint(server.broadcast()) and set(server.broadcast()) | kept == set(server.shared_tensors())
+    loaded = set()
+    for client in server.clients:
+        original = client.set_parameters
+        monkeypatch.setattr(client, "set_parameters",
+                            lambda broadcast, _set=original: (loaded.update(broadcast), _set(broadcast)))
+    server.send_models()
+    assert loaded and loaded.isdisjoint(kept)
+
+
 def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     common = ("-m", "CNN", "-jr", "0.5", "-gr", "3")
     fedavg = server_for(data_dir, tmp_path / "avg", "-algo", "FedAvg", *common)

@@ -87,8 +87,25 @@ class UpstreamCompat:
       entry of ``uploaded_models``: upstream FedRep/FedPer never reset it, so it grows every round.
     * After X's ``save_results`` (``../results/<dataset>_<algorithm>_<goal>_<times>.h5``), adds the
       mixin's ``lag_*`` arrays and the settings (attribute ``lag``) to that file.
+    * Around X's ``send_models``, keeps every client's copy of the personal layers: upstream's broadcast
+      copies the whole global model into each client and cannot leave anything out, so the personal
+      tensors (parameters and their modules' buffers) are saved first and put back after it.
     * Gives the mixin its settings, from the ``--lag_*`` flags in upstream's ``args``.
     """
+
+    def send_models(self):
+        names = self.lag_personal_names()
+        if not names:
+            return super().send_models()
+        import torch
+        from flcore.lag.conflict import with_module_buffers
+        saved = {c.id: {n: t.detach().clone() for n, t in with_module_buffers(c.model, names).items()}
+                 for c in self.clients}
+        super().send_models()
+        with torch.no_grad():
+            for client in self.clients:
+                for name, tensor in with_module_buffers(client.model, names).items():
+                    tensor.copy_(saved[client.id][name])
 
     def lag_settings(self):
         from flcore.lag import LagSettings

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple, Type
+from typing import Dict, Tuple, Type
 
 from flcore.algorithm_flags import Hyperparameters
 from flcore.hyperparameters import (APFLParams, DittoParams, FDParams, FedALAParams, FedAMPParams, FedBABUParams,

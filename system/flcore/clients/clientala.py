@@ -12,17 +12,15 @@ round. Buffers (BatchNorm statistics) are taken from the global model.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Dict
+from typing import Dict, Mapping
 
 import numpy as np
 import torch
-from torch import nn
 from torch.func import functional_call
 
-from flcore.aggregation import copy_into, named_tensors
+from flcore.aggregation import copy_into
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
-from flcore.lag.conflict import with_module_buffers
 from utils.client_data import ClientData
 # losses below 0.1. The cap is ours: the rule alone may never fire on noisy data.
 CONVERGENCE_WINDOW = 10
@@ -49,22 +47,19 @@ class clientALA(Client):
         self.ala_weights: Dict[str, torch.Tensor] = {n: torch.ones_like(params[n]) for n in self.mixed_names}
         self.ala_start_phase = True
 
-    def adaptive_local_aggregation(self, global_module: nn.Module, keep: AbstractSet[str] = frozenset()) -> None:
-        """Receive ``global_module``: lower tensors copied, the last ``-p`` mixed with learned ``W``.
+    def adaptive_local_aggregation(self, received: Mapping[str, torch.Tensor]) -> None:
+        """Receive the broadcast ``received``: lower tensors copied, the last ``-p`` mixed with learned ``W``.
 
-        ``keep``: parameter names that stay as they are, with their modules' buffers (the layers
-        ``X+LAG`` keeps personal), so ``W`` is learned on the model the client will really hold.
+        A tensor the broadcast leaves out (a layer ``X+LAG`` keeps personal, with its module's buffers)
+        stays as it is, so ``W`` is learned on the model the client will really hold.
         """
-        global_state = named_tensors(global_module)
+        global_state = received
         params = dict(self.model.named_parameters())
-        mixed = [n for n in self.mixed_names if n not in keep]
-        # A personal layer keeps its module's buffers too (BatchNorm statistics): W must be learned on
-        # the model the client will really hold, not on one with the global statistics in those modules.
-        keep = set(keep) | set(with_module_buffers(self.model, [n for n in keep if n in params]))
+        mixed = [n for n in self.mixed_names if n in global_state]
         # Where the upper layers already equal the global ones (before the first aggregation) the
         # mix is the identity whatever W is, and W's gradient is zero: nothing to learn.
         differs = any(not torch.equal(params[n], global_state[n]) for n in mixed)
-        copy_into(self.model, global_state, [n for n in global_state if n not in self.mixed_names and n not in keep])
+        copy_into(self.model, global_state, [n for n in global_state if n not in self.mixed_names])
         if not differs:
             return
         local = {n: params[n].detach().clone() for n in mixed}

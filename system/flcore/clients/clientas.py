@@ -10,7 +10,7 @@ Fisher information of its model on its data, which weights its body in the serve
 from __future__ import annotations
 
 import copy
-from typing import AbstractSet, Iterable, Tuple
+from typing import Iterable, Mapping, Tuple
 
 import torch
 from torch import nn
@@ -31,19 +31,19 @@ class clientAS(Client):
     def setup(self) -> None:
         self.fisher_trace: float = float("nan")
 
-    def receive_aligned(self, global_base: nn.Module, keep: AbstractSet[str] = frozenset()) -> None:
-        """Adopt ``global_base`` after aligning a private copy of it to this client's prototypes.
+    def receive_aligned(self, received: Mapping[str, torch.Tensor]) -> None:
+        """Adopt the broadcast body ``received`` after aligning a private copy of it to this client's
+        prototypes.
 
-        ``keep``: names (relative to the base) that stay this client's own (the layers ``X+LAG`` keeps
-        personal, with their modules' buffers). The copy starts with the client's own values there, so
-        alignment trains the body the client will really hold, and those positions are not adopted.
+        A tensor the broadcast leaves out (a layer ``X+LAG`` keeps personal, with its module's buffers)
+        stays this client's own: the copy holds the client's value there, so alignment trains the body
+        the client will really hold, and that position is not adopted.
         """
         stats = class_feature_stats(self.model.base, self.train_data, self.num_classes)
         prototypes = stats.means()
-        # A copy per client: the server's module must stay untouched (PFLlib #244 trained it in place).
-        aligned = copy.deepcopy(global_base)
-        own = named_tensors(self.shared_module())
-        copy_into(aligned, own, [n for n in own if n in keep])
+        # A copy, not the server's tensors in place (PFLlib #244 trained the global model itself).
+        aligned = copy.deepcopy(self.shared_module())
+        copy_into(aligned, received)
         aligned.train()
         optimizer = torch.optim.SGD(aligned.parameters(), lr=ALIGNMENT_LR)
         for _ in range(ALIGNMENT_EPOCHS):
@@ -53,7 +53,7 @@ class clientAS(Client):
                 loss.backward()
                 optimizer.step()
         adopted = named_tensors(aligned)
-        copy_into(self.shared_module(), adopted, [n for n in adopted if n not in keep])
+        copy_into(self.shared_module(), adopted, [n for n in adopted if n in received])
 
     def end_local_training(self) -> None:
         batches = self.train_data.train_batches(self.batch_size, self.generator)

@@ -56,12 +56,16 @@ class clientCAC(Client):
     @torch.no_grad()
     def receive_customised(self, global_state: Mapping[str, torch.Tensor],
                            customised: Optional[Mapping[str, torch.Tensor]]) -> None:
-        """Critical entries from ``customised`` (None: keep this client's own), the rest from the global."""
+        """Critical entries from ``customised`` (None: keep this client's own), the rest from the global
+        broadcast ``global_state``; a tensor the broadcast leaves out (a layer ``X+LAG`` keeps personal)
+        stays this client's own."""
         if not self.critical_masks:
             copy_into(self.model, global_state)
             return
         params = dict(self.model.named_parameters())
         for name, param in params.items():
+            if name not in global_state:
+                continue
             critical_source = param.detach().clone() if customised is None else customised[name]
             param.copy_(torch.where(self.critical_masks[name], critical_source, global_state[name]))
         copy_into(self.model, global_state, [n for n in global_state if n not in params])

@@ -12,7 +12,7 @@ adds them to its affinities. A download identical to ``theta_old`` carries no in
 from __future__ import annotations
 
 import copy
-from typing import Dict, List, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -78,8 +78,10 @@ class clientFomo(Client):
         return float(torch.stack(squares).sum().sqrt())
 
     @torch.no_grad()
-    def combine_downloads(self, ids: Sequence[int], states: Sequence[State]) -> List[float]:
-        """Weigh the downloaded models and replace this model by their combination; returns the raw weights."""
+    def combine_downloads(self, ids: Sequence[int], states: Sequence[State], keep: AbstractSet[str] = frozenset()
+                          ) -> List[float]:
+        """Weigh the downloaded models and replace this model by their combination, except the tensors
+        named in ``keep`` (the layers ``X+LAG`` keeps personal); returns the raw weights."""
         self.download_weights, self.kept_own_model = {}, True
         if not states or len(self.validation_data) == 0:
             return []
@@ -95,7 +97,7 @@ class clientFomo(Client):
         if normalised.sum() > 0:
             chosen = [k for k, w in enumerate(normalised.tolist()) if w > 0]
             combined = weighted_average([states[k] for k in chosen], [float(normalised[k]) for k in chosen])
-            copy_into(self.model, combined)
+            copy_into(self.model, combined, [n for n in combined if n not in keep])
             self.kept_own_model = False
         self.model.train()
         return raw.tolist()

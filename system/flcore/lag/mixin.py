@@ -3,8 +3,11 @@
 Put it first in the bases (``class FedRepLAG(LayerConflictMixin, FedRep)``). It only intercepts the
 hooks every PFLlib-style server has, and calls the base method's own version of each:
 
-* ``send_models``: the base broadcast runs unchanged, then every client gets back its own copy of
-  the personal layers (parameters, and the buffers of their modules). With ``--lag_signal delta``
+* ``personal_names``: the personal layers (parameters, and the buffers of their modules) join what the
+  base method keeps personal, so the base server's broadcast leaves them out: a client never loads
+  what is its own (inside an upstream PFLlib checkout, whose broadcast cannot leave anything out, the
+  adapter in ``patches/`` puts them back after it instead).
+* ``send_models``: the base broadcast runs unchanged. With ``--lag_signal delta``
   the selected clients' starting parameters are written into one (clients x parameters) matrix here;
   at upload each row becomes the update ``theta^(r,E) - theta^(r)`` in place, and every layer is scored
   on a column view of that matrix (no per-layer or per-client copies: 100 clients x 1M parameters
@@ -30,7 +33,7 @@ checkout unchanged.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -84,16 +87,17 @@ class LayerConflictMixin:
         while self.lag_selector.notes:
             print(f"note: {self.lag_selector.notes.pop(0)}")
 
-    # ----- broadcast: base behaviour, then personal layers put back --------------------------------
+    # ----- broadcast: the base method's, less the personal layers -----------------------------------
+    def personal_names(self) -> FrozenSet[str]:
+        """The base method's own (none for most) and the personal layers', with their modules' buffers:
+        the base server leaves them out of what it broadcasts, so no client ever loads them."""
+        own = super().personal_names() if hasattr(super(), "personal_names") else frozenset()
+        if not self.lag_personal:
+            return own
+        return own | frozenset(self._lag_personal_tensors(self.clients[0]))
+
     def send_models(self):
-        saved = {c.id: {n: t.detach().clone() for n, t in self._lag_personal_tensors(c).items()}
-                 for c in self.clients} if self.lag_personal else {}
         super().send_models()
-        with torch.no_grad():
-            for client in self.clients:
-                live = self._lag_personal_tensors(client) if client.id in saved else {}
-                for name, tensor in live.items():
-                    tensor.copy_(saved[client.id][name])
         if self.lag.signal == "delta":
             # theta^(r): what each selected client starts local training from, one row per client.
             selected = list(self.selected_clients)

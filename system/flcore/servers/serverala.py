@@ -15,7 +15,6 @@ from torch import nn
 
 from flcore.clients.clientala import clientALA
 from flcore.hyperparameters import FedALAParams
-from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import Server
 from utils.errors import ConfigError
 from utils.datasets import DatasetInfo
@@ -36,9 +35,8 @@ class FedALA(Server):
         super().__init__(config, hparams, times, model, data)
 
     def send_models(self) -> None:
-        keep = lag_personal_names(self)
-        shared = self.global_shared_module()
+        received = self.broadcast()
         for client in self.clients:
-            client.adaptive_local_aggregation(shared, keep)
+            client.adaptive_local_aggregation(received)
         weights = [w.reshape(-1) for client in self.clients for w in client.ala_weights.values()]
         self.record("rs_ala_weight_mean", float(torch.cat(weights).double().mean()))

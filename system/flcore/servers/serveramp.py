@@ -23,7 +23,6 @@ import torch
 from flcore.aggregation import copy_into, named_tensors, weighted_average
 from flcore.clients.clientamp import clientAMP
 from flcore.hyperparameters import FedAMPParams
-from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import Server
 
 State = Dict[str, torch.Tensor]
@@ -58,7 +57,7 @@ class FedAMP(Server):
 
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""
-        personal = lag_personal_names(self)
+        personal = self.personal_names()
         return [n for n, _ in self.clients[0].shared_module().named_parameters() if n not in personal]
 
     @torch.no_grad()

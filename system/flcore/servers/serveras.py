@@ -21,8 +21,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from flcore.clients.clientas import clientAS
-from flcore.lag.conflict import with_module_buffers
-from flcore.lagaware import lag_personal_names
 from flcore.servers.serverbase import Server
 
 
@@ -34,17 +32,10 @@ class FedAS(Server):
     client_class = clientAS
 
     def send_models(self) -> None:
-        """Only the selected clients receive (and align) the global body, as in PFLlib's FedAS.
-
-        Under ``X+LAG`` the layers kept personal (and their modules' buffers) stay the client's own
-        during alignment, as FedALA keeps them while it learns its weights.
-        """
-        shared = self.global_shared_module()
-        prefix = self.client_class.shared_path + "."
-        personal = [n[len(prefix):] for n in lag_personal_names(self) if n.startswith(prefix)]
+        """Only the selected clients receive (and align) the global body, as in PFLlib's FedAS."""
+        received = self.broadcast()
         for client in self.selected_clients:
-            keep = frozenset(with_module_buffers(client.shared_module(), personal))
-            client.receive_aligned(shared, keep)
+            client.receive_aligned(received)
 
     def receive_models(self) -> None:
         super().receive_models()

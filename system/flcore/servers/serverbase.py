@@ -17,7 +17,7 @@ modules of the clients) exists only in the adapter that runs FedLAG inside a PFL
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Type
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Type
 
 import numpy as np
 import torch
@@ -136,9 +136,26 @@ class Server:
         """The part of the global model that clients receive (their :meth:`Client.shared_module`)."""
         return self.global_model.get_submodule(self.client_class.shared_path)
 
-    def broadcast(self) -> Dict[str, torch.Tensor]:
-        """What every client receives: the global shared module's tensors, by name (views; each client copies)."""
+    def shared_tensors(self) -> Dict[str, torch.Tensor]:
+        """The global shared module's tensors, by name relative to it (views): the global counterpart of
+        what clients share, personal layers included (what a new client starts from)."""
         return named_tensors(self.global_shared_module())
+
+    def personal_names(self) -> FrozenSet[str]:
+        """Full names of the tensors every client keeps as its own this round besides what its method
+        never shares: none here; ``X+LAG``'s personal layers, with their modules' buffers."""
+        return frozenset()
+
+    def broadcast(self) -> Dict[str, torch.Tensor]:
+        """What every client receives: :meth:`shared_tensors` less the :meth:`personal_names`, by name
+        relative to the shared module (views; each client copies). A name left out is the client's own:
+        it is never loaded, so nothing has to be put back."""
+        shared = self.shared_tensors()
+        personal = self.personal_names()
+        if not personal:
+            return shared
+        path = self.client_class.shared_path
+        return {name: t for name, t in shared.items() if (f"{path}.{name}" if path else name) not in personal}
 
     def send_models(self) -> None:
         """Every client (selected or not) receives the broadcast, as in PFLlib."""
@@ -226,7 +243,7 @@ class Server:
         """What a new client receives before fine-tuning: the global counterpart of its shared module.
         Methods whose newcomers get something else (nothing, a mean of personal models, server state)
         override this."""
-        client.set_parameters(self.broadcast())
+        client.set_parameters(self.shared_tensors())
 
     @staticmethod
     def fine_tune_clients(clients: Sequence[Client], epochs: int, stage: str = "fine-tune") -> None:

@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from flcore.aggregation import State, named_tensors, weighted_average
+from flcore.aggregation import State, weighted_average
 from flcore.clients.clientcac import clientCAC
 from flcore.hyperparameters import FedCACParams
 from flcore.servers.serverbase import Server
@@ -86,7 +86,7 @@ class FedCAC(Server):
     def send_models(self) -> None:
         # Every customised model is formed before any client model is overwritten.
         customised, threshold, collaborators = self.customised_models()
-        global_state = named_tensors(self.global_shared_module())
+        global_state = self.broadcast()
         for client in self.clients:
             client.receive_customised(global_state, customised.get(client.id))
         self.record("rs_cac_threshold", threshold)

@@ -61,7 +61,7 @@ class FedFomo(Server):
     def send_models(self) -> None:
         for client in self.selected_clients:
             ids = self.downloads_for(client.id)
-            client.combine_downloads(ids, [self.stored_models[j] for j in ids])
+            client.combine_downloads(ids, [self.stored_models[j] for j in ids], self.personal_names())
         if self.selected_clients:
             kept = [c.kept_own_model for c in self.selected_clients]
             self.record("rs_fomo_kept_own", float(np.mean(kept)))
