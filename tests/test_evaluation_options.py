@@ -81,7 +81,7 @@ def test_test_accuracy_at_the_first_best_validation_evaluation():
 
 def test_ray_workers_train_on_the_same_reduced_split(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "--val_ratio", "0.25")
-    worker = _ClientWorker(server.data_info, "cpu", server.num_classes, 0, False, 1, server.val_ratio)
+    worker = _ClientWorker(server.data_info, "cpu", server.num_classes, 0, False, 1, server.config.val_ratio)
     for client in server.clients:
         train, test = worker._client_data(client.id)
         assert torch.equal(train.x, client.train_data.x) and torch.equal(test.y, client.test_data.y)

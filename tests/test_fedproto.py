@@ -5,9 +5,16 @@ import torch.nn.functional as F
 
 from flcore.clients.clientproto import prototype_distances
 from flcore.registry import UnknownAlgorithmError, resolve
-from flcore.training.classvectors import ClassVectors, average_over_holders, class_means
+from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors, average_over_holders
 from utils.result_utils import read_results
-from conftest import server_for, train, results_file
+from conftest import results_file, server_for, train
+
+
+def class_means(vectors: torch.Tensor, labels: torch.Tensor, num_classes: int) -> ClassVectors:
+    """Mean of the rows of ``vectors`` (N, D) for each label in ``labels`` (N,), in one accumulation."""
+    accumulator = ClassMeanAccumulator(num_classes)
+    accumulator.add(vectors, labels)
+    return accumulator.means(vectors.dtype)
 
 
 def test_fedproto_plus_lag_is_refused_because_nothing_is_shared():

@@ -255,7 +255,8 @@ def start_ray(address: str = "", timeout: float = 0.0) -> bool:
     if ray.is_initialized():
         return False
     check_reachable(address, timeout)
-    # Keep today's behaviour (and silence Ray's warning about a future change of this default).
+    # Ray hides the GPUs from a worker given zero of them; keep them visible, as a worker that asks for
+    # none needs none (and this silences Ray's warning about a future change of that default).
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     # Workers import the project's modules to rebuild clients; on a cluster every node needs the
     # repository (and the data) at the same path, e.g. on a shared filesystem.

@@ -200,7 +200,7 @@ def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[Lis
     return out
 
 
-# The fields of earlier versions first, in their order, so that a script reading columns by position still works.
+# A fixed column order, the first columns as they always were, so that a script reading them by position works.
 SUMMARY_FIELDS = ("algorithm", "goal", "model", "dataset", "base_dataset", "partition", "runs", "run_ids",
                   "rounds", "best_mean", "best_std", "final_mean", "final_std", "last_k", "last_k_mean", "last_k_std",
                   "worst10_mean", "worst10_std", "client_std_mean", "client_std_std")

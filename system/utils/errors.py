@@ -1,7 +1,7 @@
 """The one base of every error that is the user's to fix, and the two that any layer raises.
 
 ``main.py`` prints such an error as one line (``error: <message>``) and exits with status 2; anything
-else is a bug and keeps its traceback. Each subclass also keeps its historical built-in base
+else is a bug and keeps its traceback. Each subclass also has a built-in base
 (``ValueError`` or ``RuntimeError``), so callers that caught those still do. ``flcore/lag/`` is the one
 exception: it imports only torch so that it drops into a PFLlib checkout, and ``main.py`` names its
 ``LagError`` beside this class.

@@ -95,12 +95,6 @@ def count_below(cos: torch.Tensor, valid: torch.Tensor, xi: float) -> int:
     return int(((cos < xi) & both_valid & upper).sum())
 
 
-def valid_pairs(valid: torch.Tensor) -> int:
-    """Unordered pairs of valid rows: the most conflicts a layer can have."""
-    n = int(valid.sum())
-    return n * (n - 1) // 2
-
-
 def conflict_count(updates: torch.Tensor, xi: float) -> int:
     """GC_xi of one layer: unordered pairs of valid rows whose cosine is strictly below ``xi``."""
     return count_below(*pairwise_cosines(updates), xi)

@@ -52,13 +52,6 @@ class ClassMeanAccumulator:
         return ClassVectors(means.to(dtype), self.counts > 0)
 
 
-def class_means(vectors: torch.Tensor, labels: torch.Tensor, num_classes: int) -> ClassVectors:
-    """Mean of the rows of ``vectors`` (N, D) for each label in ``labels`` (N,)."""
-    accumulator = ClassMeanAccumulator(num_classes)
-    accumulator.add(vectors, labels)
-    return accumulator.means(vectors.dtype)
-
-
 def average_over_holders(uploads: Sequence[ClassVectors]) -> ClassVectors:
     """Per class, the unweighted mean of the uploads that hold the class (each client counts once)."""
     if not uploads:
