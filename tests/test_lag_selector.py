@@ -73,12 +73,18 @@ def test_a_personal_layer_gives_way_only_on_enough_evidence():
     means = torch.tensor([0.0, -0.1, -0.2, 0.3], dtype=torch.float64)
     eligible = torch.tensor([True, True, True, False])
     lead = lambda a, b: {(2, 0): 3.0, (1, 0): 5.0, (2, 1): 1.0}.get((a, b), 0.0)  # noqa: E731
-    assert evidence_choice(means, eligible, lead, current=(0,), k=1, margin=2.0) == (2,)   # lead 3 > 2
-    assert evidence_choice(means, eligible, lead, current=(0,), k=1, margin=4.0) == (1,)   # only b's 5 > 4
-    assert evidence_choice(means, eligible, lead, current=(1,), k=1, margin=2.0) == (1,)   # c leads b by 1
-    assert evidence_choice(means, eligible, lead, current=(), k=2, margin=9.0) == (1, 2)   # free places fill
-    assert evidence_choice(means, eligible, lead, current=(), k=4, margin=0.0) == (0, 1, 2)  # d: no conflict
-    assert evidence_choice(means, eligible, lead, current=(0,), k=0, margin=0.0) == ()
+    choose = lambda current, k, margin, m=means: evidence_choice(m, eligible, lead, current, k, margin, 0.0)  # noqa
+    assert choose((0,), 1, 2.0) == (2,)       # c leads a by 3 > 2
+    assert choose((0,), 1, 4.0) == (1,)       # only b's lead of 5 is above 4
+    assert choose((1,), 1, 2.0) == (1,)       # c leads b by 1 only
+    assert choose((), 2, 9.0) == (1, 2)       # free places fill at once, whatever the margin
+    assert choose((), 4, 0.0) == (0, 1, 2)    # d has no conflicting pair: never chosen
+    assert choose((0,), 0, 0.0) == ()
+    # A challenger whose updates agree on average (mean cosine above xi) displaces nothing, whatever its
+    # lead: it may fill a free place, but replacing a personal layer takes a layer in conflict.
+    agreeing = torch.tensor([0.5, 0.2, 0.1, 0.3], dtype=torch.float64)
+    assert choose((0,), 1, 2.0, agreeing) == (0,)
+    assert choose((), 1, 2.0, agreeing) == (2,)
 
 
 def test_a_tie_in_round_0_cannot_lock_a_layer_in():

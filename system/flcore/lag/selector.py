@@ -9,11 +9,11 @@ Three rules (``--lag_schedule``):
   no more, and a round with no pair changes nothing. Layers are ranked by how far apart their updates
   point: the accumulated *mean pairwise cosine*, lowest first, among the layers with at least one
   conflicting pair (cosine < xi). Free places of the personal set fill with the lowest at once (waiting
-  as the base method costs more than it saves: measured below). An incumbent gives way only on
-  evidence: when, over the pairs scored in both, a challenger's cosines are lower than the incumbent's
-  by more than ``--lag_margin`` standard errors of that paired difference. A layer that returns from
-  personal to shared has every client's copy replaced by one average, so returns must be rare and
-  deliberate.
+  as the base method costs more than it saves: measured in the README). An incumbent gives way only on
+  evidence: to a challenger whose updates conflict on average (mean cosine below xi) and whose cosines,
+  over the pairs scored in both, are lower than the incumbent's by more than ``--lag_margin`` standard
+  errors of that paired difference. A layer that returns from personal to shared has every client's
+  copy replaced by one average, so returns must be rare and deliberate.
 
   Why the mean cosine and not the conflict rate (GC / pairs): under label skew every layer's updates
   conflict for most pairs (rates of 0.6-0.8 for all four layers of the CNN on the Digits split), so the
@@ -81,13 +81,16 @@ def paired_lead(gap_sums: torch.Tensor, gap_squares: torch.Tensor, common: torch
 
 
 def evidence_choice(means: torch.Tensor, eligible: torch.Tensor, lead, current: Sequence[int], k: int,
-                    margin: float) -> Tuple[int, ...]:
+                    margin: float, xi: float) -> Tuple[int, ...]:
     """The personal set after one update of the evidence.
 
     ``means``: each layer's accumulated mean cosine; ``eligible``: the layers with a conflicting pair;
     ``lead(a, b)``: standard errors by which layer a's cosines lie below layer b's. Free places fill with
-    the eligible layers of lowest mean; then a challenger replaces the incumbent of highest mean only when
-    its lead over it exceeds ``margin``. Ties rank the earlier layer first.
+    the eligible layers of lowest mean. A challenger replaces the incumbent of highest mean only when its
+    own updates conflict on average (mean below ``xi``) and its lead over the incumbent exceeds
+    ``margin``: once personal, a layer's updates start from each client's own copy and agree more, so a
+    shared layer that merely agrees a little less would otherwise win in the end on that drift alone.
+    Ties rank the earlier layer first.
     """
     if k <= 0:
         return ()
@@ -99,7 +102,7 @@ def evidence_choice(means: torch.Tensor, eligible: torch.Tensor, lead, current: 
             chosen.append(challenger)
             continue
         weakest = max(chosen, key=rank)
-        if rank(challenger) < rank(weakest) and lead(challenger, weakest) > margin:
+        if float(means[challenger]) < xi and rank(challenger) < rank(weakest) and lead(challenger, weakest) > margin:
             chosen[chosen.index(weakest)] = challenger
     return tuple(sorted(chosen))
 
@@ -196,7 +199,7 @@ class LayerSelector:
         else:
             self._accumulate(evidence, s.decay)
             self.personal = evidence_choice(self.mean_cosines(), self.conflicts > 0, self.lead, self.personal,
-                                            self.extra, s.margin)
+                                            self.extra, s.margin, s.xi)
         self.scored_rounds += 1
 
     def rates(self) -> torch.Tensor:
