@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, main_command
 from dataset.utils.generate import DownloadError, load_torchvision
-from flcore.registry import ALGORITHM_GROUPS, ALGORITHMS, UnknownAlgorithmError, closest_names, resolve, valid_names
+from flcore.registry import ALGORITHMS, UnknownAlgorithmError, algorithm_groups, closest_names, resolve, valid_names
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
@@ -145,12 +145,27 @@ def test_help_gives_every_flag_a_text_and_its_default_once():
 def test_help_lists_algorithms_grouped_models_and_datasets():
     entries = help_entries(build_parser().format_help())
     algo = entries["-algo"]
-    for group, names in ALGORITHM_GROUPS.items():
+    groups = algorithm_groups()
+    assert list(groups) == ["reference", "layer split / personal heads", "regularised / full model",
+                            "personalised copies", "knowledge sharing"]
+    for group, names in groups.items():
         assert f"{group}: {', '.join(names)}" in algo
-    assert set(n for names in ALGORITHM_GROUPS.values() for n in names) == set(ALGORITHMS)
+    assert [n for names in groups.values() for n in names] == list(ALGORITHMS)
     assert "X+LAG" in algo
     assert all(m in entries["-m"] for m in MODELS)
     assert all(d in entries["-data"] for d in ("Digits", "MNIST", "Cifar10", "--source"))
+
+
+def test_the_readme_algorithm_table_is_the_registry_grouping():
+    """The README's Algorithms table lists the groups of the registry's rows, in their order (a row's
+    remarks in parentheses aside)."""
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| group | algorithms |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {}
+    for line in table:
+        group, names = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[re.sub(r" \(.*\)$", "", group)] = tuple(re.findall(r"`([^`]+)`", re.sub(r"\(.*?\)", "", names)))
+    assert list(rows.items()) == list(algorithm_groups().items())
 
 
 # ----- item 5: progress inside a round ----------------------------------------------------------------
