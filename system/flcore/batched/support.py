@@ -1,8 +1,8 @@
 """What ``--executor batched`` trains: one declaration per client class and per ``-m`` model.
 
 A client class is supported when its local training is minibatch SGD without momentum or weight decay
-on an objective that is a function of the model's parameters and buffers, the batch, and tensors fixed
-for the round (:mod:`.losses`), with nothing happening between two steps. Its begin/end hooks
+on its ``objective`` (:mod:`flcore.training.objective`: a function of the model's parameters and
+buffers, the batch, and tensors fixed for the round), with nothing happening between two steps. Its begin/end hooks
 (``begin_local_training``, ``end_local_training``) still run on the client object, before and after
 the batched steps, so hooks that only read the model (a frozen copy of what was received, statistics of
 the trained model) need nothing more. Every client class in ``flcore/clients`` is listed: a
@@ -25,9 +25,8 @@ class Stage:
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a client class trains: its objective (a key of :data:`flcore.batched.losses.LOSSES`), its
-    stages in order, and the LR schedulers its ``train()`` steps after them under ``-ld``."""
-    loss: str = "cross_entropy"
+    """How a supported client class trains: its stages in order, each on the client's ``objective``,
+    and the LR schedulers its ``train()`` steps after them under ``-ld``."""
     stages: Tuple[Stage, ...] = (Stage(),)
     schedulers: Tuple[str, ...] = ("learning_rate_scheduler",)
 
@@ -47,12 +46,12 @@ CLIENTS: Dict[str, Union[Recipe, str]] = {
     "clientbabu.clientBABU": PLAIN,          # its optimiser holds the body only: the head stays frozen
     "clientbn.clientBN": PLAIN,              # BatchNorm statistics are per client (stacked buffers)
     "clientrep.clientRep": HEAD_THEN_BASE,
-    "clientprox.clientProx": Recipe("proximal"),
-    "clientdyn.clientDyn": Recipe("dynamic"),
-    "clientntd.clientNTD": Recipe("not_true_distillation"),
-    "clientlc.clientLC": Recipe("calibrated"),
-    "clientmoon.clientMOON": Recipe("model_contrastive"),
-    # Plain cross-entropy training; their own steps happen at the broadcast or in the end hook.
+    "clientprox.clientProx": PLAIN,
+    "clientdyn.clientDyn": PLAIN,
+    "clientntd.clientNTD": PLAIN,
+    "clientlc.clientLC": PLAIN,
+    "clientmoon.clientMOON": PLAIN,
+    # Cross-entropy training; their own steps happen at the broadcast or in the end hook.
     "clientala.clientALA": PLAIN,
     "clientas.clientAS": PLAIN,
     "clientcac.clientCAC": PLAIN,
