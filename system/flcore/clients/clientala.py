@@ -20,6 +20,7 @@ from torch import nn
 from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
 from flcore.lag.conflict import with_module_buffers
@@ -38,6 +39,7 @@ def mix(local: torch.Tensor, global_: torch.Tensor, weight: torch.Tensor) -> tor
 
 
 class clientALA(Client):
+    batched = PLAIN  # cross-entropy training; ALA's weight search runs at the broadcast, before it
     persistent_attrs = ("ala_weights", "ala_start_phase")
 
     hparams: FedALAParams

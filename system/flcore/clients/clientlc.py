@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedLCParams
 from flcore.training.objective import Fixed, Objective
@@ -43,6 +44,7 @@ class Calibrated(Objective):
 
 
 class clientLC(Client):
+    batched = PLAIN
     objective = Calibrated()
 
     hparams: FedLCParams

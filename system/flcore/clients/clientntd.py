@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from flcore.batched.support import PLAIN
 from flcore.hyperparameters import FedNTDParams
 from flcore.training.objective import Objective
 from flcore.training.received import RECEIVED, ReceivedModelClient
@@ -59,6 +60,8 @@ class NotTrueDistilled(Objective):
 
 
 class clientNTD(ReceivedModelClient):
+    batched = PLAIN
+
     hparams: FedNTDParams
 
     def setup(self) -> None:
