@@ -29,7 +29,8 @@ class Proximal(Objective):
         loss = F.cross_entropy(model(x), y)
         if self.mu == 0:  # FedAvg exactly, without the extra pass over the parameters
             return loss
-        return loss + 0.5 * self.mu * squared_distance(model.named_parameters(), model.teacher_parameters(RECEIVED))
+        received = model.teacher_parameters(RECEIVED)
+        return loss + 0.5 * self.mu * squared_distance(model.named_parameters(), received)
 
 
 class clientProx(ReceivedModelClient):
