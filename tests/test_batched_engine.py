@@ -19,7 +19,7 @@ import torch
 from conftest import make_images, play_round, server_for, train, results_file
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.batched.schedule import BatchPlan, order_key
-from flcore.batched.support import CLIENTS, HEAD_THEN_BASE, MODELS, Recipe, batched_problem, recipe_of
+from flcore.batched.support import HEAD_THEN_BASE, MODELS, Recipe, Refused, batched_problem, recipe_of
 from flcore.clients.clientavg import clientAVG
 from flcore.clients.clientbase import Client
 from utils.errors import ConfigError, RunError
@@ -278,38 +278,43 @@ def test_a_server_refuses_an_unsupported_algorithm_at_its_first_round(data_dir, 
         train(server)
 
 
-def test_every_client_class_and_model_is_declared():
+def client_classes():
+    """Every client class defined in ``flcore/clients`` (the base class aside), by name."""
     import importlib
     import pkgutil
 
     import flcore.clients as package
-    from flcore.trainmodel.models import MODELS as ALL_MODELS
-    found = set()
+    found = {}
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"flcore.clients.{info.name}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Client) and value.__module__ == module.__name__ \
                     and value is not Client:
-                found.add(f"{info.name}.{value.__qualname__}")
-                assert "not declared" not in str(recipe_of(value))
-    assert found == set(CLIENTS)
+                found[f"{info.name}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_client_class_and_model_is_declared():
+    from flcore.trainmodel.models import MODELS as ALL_MODELS
+    for key, cls in client_classes().items():
+        assert isinstance(vars(cls).get("batched"), (Recipe, Refused)), f"{key} declares no batched support"
+        assert "not declared" not in str(recipe_of(cls))
     assert set(MODELS) == set(ALL_MODELS)
 
 
 def test_declared_classes_train_as_their_recipe_says():
     """A supported class may not take steps the engine does not reproduce: its train loop, step hook and
-    optimiser are the base class's (FedRep: the two-stage loop); cross-entropy classes keep the base loss."""
-    import importlib
-    for key, entry in CLIENTS.items():
+    optimiser are the base class's (FedRep: the two-stage loop), and its loss is its ``objective`` (the
+    one the engine runs), not a ``local_loss`` of its own."""
+    for key, cls in client_classes().items():
+        entry = recipe_of(cls)
         if not isinstance(entry, Recipe):
             continue
-        module, name = key.split(".")
-        cls = getattr(importlib.import_module(f"flcore.clients.{module}"), name)
         assert cls.run_epochs is Client.run_epochs and cls.after_step is Client.after_step, key
         assert cls.make_optimizer is Client.make_optimizer, key
-        assert cls.train is Client.train or entry is HEAD_THEN_BASE, key
-        if entry.loss == "cross_entropy":
-            assert cls.local_loss is Client.local_loss, key
+        assert cls.train is Client.train, key
+        assert cls.local_training is Client.local_training or entry is HEAD_THEN_BASE, key
+        assert cls.local_loss is Client.local_loss, key
 
     class Custom(clientAVG):
         def local_loss(self, x, y):

@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, main_command
 from dataset.utils.raw_data import DownloadError
 from dataset.utils.torchvision_splits import load_torchvision
-from flcore.registry import ALGORITHM_GROUPS, ALGORITHMS, UnknownAlgorithmError, resolve, valid_names
+from flcore.registry import ALGORITHMS, UnknownAlgorithmError, algorithm_groups, resolve, valid_names
 from utils.names import closest_names
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from reporting.grouping import group_runs
@@ -147,12 +147,31 @@ def test_help_gives_every_flag_a_text_and_its_default_once():
 def test_help_lists_algorithms_grouped_models_and_datasets():
     entries = help_entries(build_parser().format_help())
     algo = entries["-algo"]
-    for group, names in ALGORITHM_GROUPS.items():
+    groups = algorithm_groups()
+    assert list(groups) == ["reference", "layer split / personal heads", "regularised / full model",
+                            "personalised copies", "knowledge sharing"]
+    for group, names in groups.items():
         assert f"{group}: {', '.join(names)}" in algo
-    assert set(n for names in ALGORITHM_GROUPS.values() for n in names) == set(ALGORITHMS)
+    assert [n for names in groups.values() for n in names] == list(ALGORITHMS)
     assert "X+LAG" in algo
     assert all(m in entries["-m"] for m in MODELS)
     assert all(d in entries["-data"] for d in ("Digits", "MNIST", "Cifar10", "--source"))
+
+
+def test_the_readme_algorithm_table_follows_the_registry_grouping():
+    """The README's Algorithms table (documentation, so it may lag behind a new row) lists the registry's
+    groups in their order, and each name in its registry group, in the rows' order (a row's remarks in
+    parentheses aside)."""
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| group | algorithms |"):].split("\n\n")[0].splitlines()[2:]
+    rows = {}
+    for line in table:
+        group, names = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[re.sub(r" \(.*\)$", "", group)] = re.findall(r"`([^`]+)`", re.sub(r"\(.*?\)", "", names))
+    groups = algorithm_groups()
+    assert list(rows) == list(groups)
+    for group, names in rows.items():
+        assert names and names == [n for n in groups[group] if n in names], group
 
 
 # ----- item 5: progress inside a round ----------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The one table of algorithms: ``-algo`` name -> server class, head split, shares parameters, and the
-hyper-parameters it takes (``flcore/hyperparameters.py``).
+"""The one table of algorithms: ``-algo`` name -> server class, head split, shares parameters, its group
+in ``--help`` and the README, and the hyper-parameters it takes (``flcore/hyperparameters.py``).
 
 ``X+LAG`` is not listed: it is built from ``X``'s row by :func:`resolve`, wrapping X's server in
 :class:`~flcore.lag.mixin.LayerConflictMixin`. Servers are imported only when chosen, so one
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Dict, Tuple, Type
+from typing import Dict, List, Tuple, Type
 
 from flcore.algorithm_flags import Hyperparameters
 from flcore.hyperparameters import (APFLParams, DittoParams, FDParams, FedALAParams, FedAMPParams, FedBABUParams,
@@ -23,97 +23,102 @@ from utils.names import unknown_name_message
 LAG_SUFFIX = "+LAG"
 
 
+# How --help and the README's Algorithms table group the -algo names (in this order).
+REFERENCE = "reference"
+LAYER_SPLIT = "layer split / personal heads"
+REGULARISED = "regularised / full model"
+PERSONAL_COPIES = "personalised copies"
+KNOWLEDGE_SHARING = "knowledge sharing"
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     server: str               # "module:Class" inside flcore.servers
     head_split: bool          # wrap the model in BaseHeadSplit (base + head), as PFLlib's main.py does
     shares_parameters: bool   # whether some model tensors are averaged (and so X+LAG is meaningful)
+    group: str                # its group in --help and the README's Algorithms table
     no_lag_reason: str = ""   # why X+LAG is refused (no shared parameters, or LAG already built in)
     # What it reads of PFLlib's shared flags (-mu, -lam ...), under its own names and bounds.
     hyperparameters: Type[Hyperparameters] = Hyperparameters
 
 
+# In the order --help lists them: group by group, as the README's Algorithms table does.
 ALGORITHMS: Dict[str, AlgorithmSpec] = {
-    "FedAvg": AlgorithmSpec("serveravg:FedAvg", head_split=True, shares_parameters=True),
-    "Local": AlgorithmSpec("serverlocal:Local", head_split=False, shares_parameters=False,
+    "FedAvg": AlgorithmSpec("serveravg:FedAvg", head_split=True, shares_parameters=True, group=REFERENCE),
+    "Local": AlgorithmSpec("serverlocal:Local", head_split=False, shares_parameters=False, group=REFERENCE,
                            no_lag_reason="Local trains every client alone and shares no parameters, "
                                          "so there are no layers to personalise"),
-    "FedLAG": AlgorithmSpec("serverfedlag:FedLAG", head_split=True, shares_parameters=True,
+    "FedLAG": AlgorithmSpec("serverfedlag:FedLAG", head_split=True, shares_parameters=True, group=REFERENCE,
                             no_lag_reason="FedLAG already is FedAvg+LAG"),
-    # Layer-split and head-personalising methods.
-    "FedPer": AlgorithmSpec("serverper:FedPer", head_split=True, shares_parameters=True),
-    "FedRep": AlgorithmSpec("serverrep:FedRep", head_split=True, shares_parameters=True,
+    "FedPer": AlgorithmSpec("serverper:FedPer", head_split=True, shares_parameters=True, group=LAYER_SPLIT),
+    "FedRep": AlgorithmSpec("serverrep:FedRep", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                             hyperparameters=FedRepParams),
-    "FedBABU": AlgorithmSpec("serverbabu:FedBABU", head_split=True, shares_parameters=True,
+    "FedBABU": AlgorithmSpec("serverbabu:FedBABU", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                              hyperparameters=FedBABUParams),
-    "LG-FedAvg": AlgorithmSpec("serverlg:LG_FedAvg", head_split=True, shares_parameters=True),
-    "FedROD": AlgorithmSpec("serverrod:FedROD", head_split=True, shares_parameters=True),
-    "FedBN": AlgorithmSpec("serverbn:FedBN", head_split=False, shares_parameters=True),
-    "GPFL": AlgorithmSpec("servergpfl:GPFL", head_split=True, shares_parameters=True,
+    "LG-FedAvg": AlgorithmSpec("serverlg:LG_FedAvg", head_split=True, shares_parameters=True, group=LAYER_SPLIT),
+    "FedROD": AlgorithmSpec("serverrod:FedROD", head_split=True, shares_parameters=True, group=LAYER_SPLIT),
+    "FedBN": AlgorithmSpec("serverbn:FedBN", head_split=False, shares_parameters=True, group=LAYER_SPLIT),
+    "GPFL": AlgorithmSpec("servergpfl:GPFL", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                           hyperparameters=GPFLParams),
-    "FedCP": AlgorithmSpec("servercp:FedCP", head_split=True, shares_parameters=True,
+    "FedCP": AlgorithmSpec("servercp:FedCP", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                            hyperparameters=FedCPParams),
-    "FedDBE": AlgorithmSpec("serverdbe:FedDBE", head_split=True, shares_parameters=True,
+    "FedDBE": AlgorithmSpec("serverdbe:FedDBE", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                             hyperparameters=FedDBEParams),
-    "FedGH": AlgorithmSpec("servergh:FedGH", head_split=True, shares_parameters=False,
+    "FedPAC": AlgorithmSpec("serverpac:FedPAC", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
+                            hyperparameters=FedPACParams),
+    "FedAS": AlgorithmSpec("serveras:FedAS", head_split=True, shares_parameters=True, group=LAYER_SPLIT),
+    "FedGH": AlgorithmSpec("servergh:FedGH", head_split=True, shares_parameters=False, group=LAYER_SPLIT,
                            no_lag_reason="FedGH clients upload class prototypes, not parameters, so there "
                                          "are no client updates of shared layers to compare",
                            hyperparameters=FedGHParams),
-    "FedPAC": AlgorithmSpec("serverpac:FedPAC", head_split=True, shares_parameters=True,
-                            hyperparameters=FedPACParams),
-    "FedAS": AlgorithmSpec("serveras:FedAS", head_split=True, shares_parameters=True),
-    # Regularised, full-model and personalised-copy methods.
-    "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True,
+    "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True, group=REGULARISED,
                              hyperparameters=FedProxParams),
-    "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True,
+    "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True, group=REGULARISED,
                             hyperparameters=FedDynParams),
-    "MOON": AlgorithmSpec("servermoon:MOON", head_split=True, shares_parameters=True,
+    "MOON": AlgorithmSpec("servermoon:MOON", head_split=True, shares_parameters=True, group=REGULARISED,
                           hyperparameters=MOONParams),
     "SCAFFOLD": AlgorithmSpec("serverscaffold:SCAFFOLD", head_split=False, shares_parameters=True,
-                              hyperparameters=SCAFFOLDParams),
-    "FedNTD": AlgorithmSpec("serverntd:FedNTD", head_split=False, shares_parameters=True,
+                              group=REGULARISED, hyperparameters=SCAFFOLDParams),
+    "FedNTD": AlgorithmSpec("serverntd:FedNTD", head_split=False, shares_parameters=True, group=REGULARISED,
                             hyperparameters=FedNTDParams),
-    "FedLC": AlgorithmSpec("serverlc:FedLC", head_split=True, shares_parameters=True,
+    "FedLC": AlgorithmSpec("serverlc:FedLC", head_split=True, shares_parameters=True, group=REGULARISED,
                            hyperparameters=FedLCParams),
-    "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True,
+    "FedALA": AlgorithmSpec("serverala:FedALA", head_split=False, shares_parameters=True, group=REGULARISED,
+                            hyperparameters=FedALAParams),
+    "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True, group=REGULARISED,
+                            hyperparameters=FedCACParams),
+    "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
                            hyperparameters=DittoParams),
-    "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True,
+    "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
                           hyperparameters=APFLParams),
     "pFedMe": AlgorithmSpec("serverpFedMe:pFedMe", head_split=False, shares_parameters=True,
-                            hyperparameters=PFedMeParams),
+                            group=PERSONAL_COPIES, hyperparameters=PFedMeParams),
     "PerAvg": AlgorithmSpec("serverperavg:PerAvg", head_split=False, shares_parameters=True,
-                            hyperparameters=PerAvgParams),
-    "FedALA": AlgorithmSpec("serverala:FedALA", head_split=False, shares_parameters=True,
-                            hyperparameters=FedALAParams),
-    "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True,
-                            hyperparameters=FedCACParams),
-    "FedAMP": AlgorithmSpec("serveramp:FedAMP", head_split=False, shares_parameters=True,
-                            hyperparameters=FedAMPParams),
-    "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
-                             hyperparameters=FedFomoParams),
-    "FedPHP": AlgorithmSpec("serverphp:FedPHP", head_split=True, shares_parameters=True,
+                            group=PERSONAL_COPIES, hyperparameters=PerAvgParams),
+    "FedPHP": AlgorithmSpec("serverphp:FedPHP", head_split=True, shares_parameters=True, group=PERSONAL_COPIES,
                             hyperparameters=FedPHPParams),
+    "FedAMP": AlgorithmSpec("serveramp:FedAMP", head_split=False, shares_parameters=True,
+                            group=PERSONAL_COPIES, hyperparameters=FedAMPParams),
+    "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
+                             group=PERSONAL_COPIES, hyperparameters=FedFomoParams),
     "FedProto": AlgorithmSpec("serverproto:FedProto", head_split=True, shares_parameters=False,
+                              group=KNOWLEDGE_SHARING,
                               no_lag_reason="FedProto shares class prototypes, not parameters, so there are "
                                             "no layers to personalise",
                               hyperparameters=FedProtoParams),
-    "FD": AlgorithmSpec("serverfd:FD", head_split=False, shares_parameters=False,
+    "FD": AlgorithmSpec("serverfd:FD", head_split=False, shares_parameters=False, group=KNOWLEDGE_SHARING,
                         no_lag_reason="FD shares per-class logits, not parameters, so there are no layers "
                                       "to personalise",
                         hyperparameters=FDParams),
 }
 
 
-# The README's Algorithms table: how --help groups the -algo names.
-ALGORITHM_GROUPS: Dict[str, Tuple[str, ...]] = {
-    "reference": ("FedAvg", "Local", "FedLAG"),
-    "layer split / personal heads": ("FedPer", "FedRep", "FedBABU", "LG-FedAvg", "FedROD", "FedBN", "GPFL",
-                                     "FedCP", "FedDBE", "FedPAC", "FedAS", "FedGH"),
-    "regularised / full model": ("FedProx", "FedDyn", "MOON", "SCAFFOLD", "FedNTD", "FedLC", "FedALA",
-                                 "FedCAC"),
-    "personalised copies": ("Ditto", "APFL", "pFedMe", "PerAvg", "FedPHP", "FedAMP", "FedFomo"),
-    "knowledge sharing": ("FedProto", "FD"),
-}
+def algorithm_groups() -> Dict[str, Tuple[str, ...]]:
+    """``{group: -algo names}``, groups and names in the order of the rows of :data:`ALGORITHMS`."""
+    groups: Dict[str, List[str]] = {}
+    for name, spec in ALGORITHMS.items():
+        groups.setdefault(spec.group, []).append(name)
+    return {group: tuple(names) for group, names in groups.items()}
 
 
 class UnknownAlgorithmError(UserError, ValueError):
@@ -122,7 +127,7 @@ class UnknownAlgorithmError(UserError, ValueError):
 
 def algorithms_by_group() -> str:
     """The ``-algo`` names as the README's Algorithms table groups them, on one line."""
-    parts = [f"{group}: {', '.join(names)}" for group, names in ALGORITHM_GROUPS.items()]
+    parts = [f"{group}: {', '.join(names)}" for group, names in algorithm_groups().items()]
     return "; ".join(parts) + f"; or X{LAG_SUFFIX} for any X that shares parameters"
 
 

@@ -4,8 +4,10 @@ every client of the group taken as one vmapped forward/backward.
 Per client, in ``train()``'s order: ``model.train()`` and ``begin_local_training()`` on the client
 object; the stages of its :class:`~flcore.batched.support.Recipe` on the stacked models; the trained
 values written back into the client's own tensors; under ``-ld`` its schedulers stepped; then
-``end_local_training()``. A step is ``w <- w - lr * grad`` (SGD without momentum or weight decay, the
-only optimiser accepted), the learning rate read from the client's own optimiser.
+``end_local_training()``. A step is ``w <- w - lr * grad`` of the clients' common ``objective``
+(the one ``local_loss`` runs sequentially, here on a :class:`~flcore.batched.view.FunctionalModel`):
+SGD without momentum or weight decay, the only optimiser accepted, the learning rate read from the
+client's own optimiser.
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from flcore.batched.functional import FunctionalNet
-from flcore.batched.losses import LOSSES
 from flcore.batched.schedule import BatchPlan
 from flcore.batched.stacking import StackedData, StackedModels, Tensors, stack_dicts
 from flcore.batched.support import Recipe, Stage
+from flcore.batched.view import FunctionalModel, round_inputs
+from flcore.training.objective import Objective
 
 
 class EngineError(RuntimeError):
@@ -57,9 +60,18 @@ def trained_names(client, optimizer) -> Tuple[str, ...]:
 
 
 def _same(values: Sequence, what: str):
-    if len(set(values)) != 1:
-        raise EngineError(f"clients trained together need one {what}, got {sorted(set(values))}")
+    distinct = set(values)
+    if len(distinct) != 1:
+        shown = ", ".join(sorted(map(repr, distinct)))  # repr: objectives have no order of their own
+        raise EngineError(f"clients trained together need one {what}, got [{shown}]")
     return values[0]
+
+
+def per_client_loss(objective: Objective, net: FunctionalNet):
+    """``objective`` as a function of one client's (parameters, buffers, round inputs, x, y), to vmap."""
+    def loss(params: Tensors, buffers: Tensors, extras: Tensors, x: torch.Tensor, y: torch.Tensor):
+        return objective(FunctionalModel(net, params, buffers, extras), x, y)
+    return loss
 
 
 def train_group(clients: Sequence, recipe: Recipe, net: FunctionalNet, data: StackedData,
@@ -76,8 +88,10 @@ def train_group(clients: Sequence, recipe: Recipe, net: FunctionalNet, data: Sta
         client.begin_local_training()
     models = [c.model for c in clients]
     stacked = StackedModels(models)
-    loss = LOSSES[recipe.loss](clients, net)
-    extras = stack_dicts([loss.extras(c) for c in clients])
+    # Hyper-parameters are the objective's fields: equal objectives, one vmapped step.
+    objective = _same([c.objective for c in clients], "objective")
+    loss = per_client_loss(objective, net)
+    extras = stack_dicts([round_inputs(objective, c) for c in clients])
     offsets = data.offsets(clients, everyone)
     for stage in recipe.stages:
         diverged = _run_stage(clients, stage, stacked, loss, extras, data, offsets, keep_grads)
@@ -112,10 +126,10 @@ def _run_stage(clients, stage: Stage, stacked: StackedModels, loss, extras: Tens
                           "sequentially too)")
     frozen = [n for n in stacked.param_names if n not in trained]
 
-    def objective(train: Tensors, fixed: Tensors, buffers: Tensors, extra: Tensors, x, y):
+    def trained_loss(train: Tensors, fixed: Tensors, buffers: Tensors, extra: Tensors, x, y):
         return loss({**fixed, **train}, buffers, extra, x, y)
 
-    step = vmap(grad_and_value(objective))
+    step = vmap(grad_and_value(trained_loss))
     uniform = len(set(rates)) == 1
     rate_column = torch.tensor(rates, dtype=stacked.params[trained[0]].dtype, device=device)
     nonfinite = torch.zeros(len(clients), dtype=torch.bool, device=device)

@@ -19,6 +19,7 @@ import torch
 from torch.func import functional_call
 
 from flcore.aggregation import copy_into
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
 from utils.client_data import ClientData
@@ -34,6 +35,7 @@ def mix(local: torch.Tensor, global_: torch.Tensor, weight: torch.Tensor) -> tor
 
 
 class clientALA(Client):
+    batched = PLAIN  # cross-entropy training; ALA's weight search runs at the broadcast, before it
     persistent_attrs = ("ala_weights", "ala_start_phase")
 
     hparams: FedALAParams

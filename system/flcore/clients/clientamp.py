@@ -14,11 +14,14 @@ from typing import Dict
 
 import torch
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedAMPParams
 
 
 class clientAMP(Client):
+    batched = Refused("its pull towards the per-client cloud model is not ported to the batched engine")
+
     hparams: FedAMPParams
 
     def setup(self) -> None:

@@ -21,6 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import APFLParams
 from flcore.training.personal import interpolate, parameter_views
@@ -35,6 +36,7 @@ class MixingWeight(nn.Module):
 
 
 class clientAPFL(Client):
+    batched = Refused("every step also moves a private model and the mixing weight (after_step)")
     persistent_attrs = ("model_local", "mixing")
 
     hparams: APFLParams

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
 
@@ -24,6 +25,7 @@ ALIGNMENT_EPOCHS = 1
 
 
 class clientAS(Client):
+    batched = PLAIN  # cross-entropy training; the alignment runs at the broadcast, the Fisher trace in the end hook
     shared_path = "base"
     # Measured after training and read by the server in the same round.
     persistent_attrs = ("fisher_trace",)

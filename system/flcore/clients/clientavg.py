@@ -1,6 +1,7 @@
 """FedAvg's client: plain local SGD on cross-entropy; everything is shared (the base behaviour)."""
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 
 
 class clientAVG(Client):
-    pass
+    batched = PLAIN

@@ -4,11 +4,13 @@ every client. ``fine_tune`` then trains body and head together.
 """
 from __future__ import annotations
 
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.parttraining import fine_tune_whole_model, part_optimizer
 
 
 class clientBABU(Client):
+    batched = PLAIN  # its optimiser holds the body only: the head stays frozen
     shared_path = "base"
 
     def setup(self) -> None:

@@ -4,9 +4,14 @@ Local training is one loop (:meth:`Client.train`) with small hooks, in the style
 ``client_init`` / ``client_step`` / ``client_final``:
 
 * :meth:`begin_local_training` - before the first step (e.g. remember the received global model);
-* :meth:`local_loss`           - the minibatch objective (cross-entropy plus any extra term);
+* :attr:`objective`            - the minibatch objective (cross-entropy plus any extra term), written
+  once for both executors (:mod:`flcore.training.objective`); :meth:`local_loss` runs it on the
+  client's own modules, and a client whose loss cannot be written that way overrides ``local_loss``;
 * :meth:`after_step`           - after each optimiser step (e.g. a SCAFFOLD-style correction);
 * :meth:`end_local_training`   - after the last step.
+
+Whether ``--executor batched`` can train a client class is declared by the class itself, in its own
+``batched`` attribute (:mod:`flcore.batched.support`); a subclass does not inherit it.
 
 What a client shares is declared, not coded into copy loops: :attr:`shared_path` names the
 sub-module it uploads and receives (``""`` = the whole model, ``"base"`` = the feature extractor
@@ -25,6 +30,7 @@ from flcore.algorithm_flags import Hyperparameters
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
 from flcore.state import export_attrs, import_attrs
+from flcore.training.objective import CrossEntropy, LiveModel, Objective
 from utils.client_data import ClientData
 from utils.metrics import ClientTestStats, test_stats
 from utils.seeding import client_generator
@@ -55,6 +61,8 @@ class Client:
     personal_layer_attrs: Tuple[str, ...] = ()
     # Held out of the train data by --val_ratio (set by the server), for choosing the best round.
     val_data: Optional[ClientData] = None
+    # What local training minimises; an algorithm with its own sets it in setup() from its hyper-parameters.
+    objective: Objective = CrossEntropy()
 
     # PFLlib's names for the flags a client reads, as views of ``self.config``.
     num_classes = ConfigField()
@@ -170,7 +178,8 @@ class Client:
         pass
 
     def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss(self.model(x), y)
+        """The minibatch loss :meth:`local_training` steps on: :attr:`objective` on this client's own modules."""
+        return self.objective(LiveModel(self), x, y)
 
     def after_step(self) -> None:
         pass

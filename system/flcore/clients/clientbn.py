@@ -11,6 +11,7 @@ from typing import FrozenSet
 
 from torch import nn
 
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 
 # _NormBase covers every BatchNorm and InstanceNorm variant (lazy and synchronised ones included).
@@ -30,6 +31,8 @@ def normalisation_tensor_names(module: nn.Module) -> FrozenSet[str]:
 
 
 class clientBN(Client):
+    batched = PLAIN  # BatchNorm statistics are per client (stacked buffers)
+
     def setup(self) -> None:
         self.local_tensor_names = normalisation_tensor_names(self.shared_module())
 

@@ -14,6 +14,7 @@ from typing import Dict, Mapping, Optional
 import torch
 
 from flcore.aggregation import State, copy_into
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedCACParams
 
@@ -34,6 +35,7 @@ def critical_mask(before: torch.Tensor, after: torch.Tensor, tau: float) -> torc
 
 
 class clientCAC(Client):
+    batched = PLAIN  # cross-entropy training; the critical masks come from the begin and end hooks
     persistent_attrs = ("critical_masks",)
 
     hparams: FedCACParams

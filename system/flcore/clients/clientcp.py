@@ -18,12 +18,16 @@ from typing import Optional
 import torch
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedCPParams
 from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
 
 
 class clientCP(Client):
+    batched = Refused("every step draws Gumbel noise from the client's generator, interleaved with the batch "
+                      "order")
+
     hparams: FedCPParams
 
     def setup(self) -> None:

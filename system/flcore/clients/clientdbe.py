@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedDBEParams
 from flcore.trainmodel.shapes import head_in_features
@@ -50,6 +51,8 @@ def mean_regularizer(running_mean: torch.Tensor, global_mean: torch.Tensor) -> t
 
 
 class clientDBE(Client):
+    batched = Refused("every step updates a running mean of the features and a personal bias with a second "
+                      "optimiser (after_step)")
     persistent_attrs = ("feature_bias", "bias_optimizer")
 
     hparams: FedDBEParams

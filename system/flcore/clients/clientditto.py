@@ -13,12 +13,14 @@ import copy
 import torch
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import DittoParams
 from flcore.training.personal import State, parameter_copies, squared_distance_to
 
 
 class clientDitto(Client):
+    batched = Refused("it trains a second, personal model for -pls epochs before the shared one")
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
     hparams: DittoParams

@@ -9,16 +9,42 @@ The whole model is shared. Client k minimises
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict
 
 import torch
+import torch.nn.functional as F
 
 from flcore.aggregation import zeros_like_parameters
+from flcore.batched.support import PLAIN
 from flcore.hyperparameters import FedDynParams
-from flcore.training.received import ReceivedModelClient, squared_distance
+from flcore.training.objective import Fixed, LiveModel, ModelView, Objective, squared_distance
+from flcore.training.received import RECEIVED, ReceivedModelClient
+
+GRADIENT_ESTIMATE = Fixed("previous_gradient")  # g_k, by parameter name
+
+
+@dataclass(frozen=True)
+class DynamicRegularised(Objective):
+    """``CE(model(x), y) + (alpha/2 * ||w - w_received||^2 - <w, g_k>)``."""
+    alpha: float
+
+    def inputs(self):
+        return (RECEIVED, GRADIENT_ESTIMATE)
+
+    def __call__(self, model, x, y):
+        return F.cross_entropy(model(x), y) + self.regulariser(model)
+
+    def regulariser(self, model: ModelView) -> torch.Tensor:
+        """``-<w, g_k> + alpha/2 * ||w - w_received||^2``, summed over every parameter tensor."""
+        gradient = model.fixed(GRADIENT_ESTIMATE)
+        linear = torch.stack([(param * gradient[name]).sum() for name, param in model.named_parameters()]).sum()
+        received = model.teacher_parameters(RECEIVED)
+        return 0.5 * self.alpha * squared_distance(model.named_parameters(), received) - linear
 
 
 class clientDyn(ReceivedModelClient):
+    batched = PLAIN
     persistent_attrs = ("previous_gradient",)
 
     hparams: FedDynParams
@@ -26,16 +52,12 @@ class clientDyn(ReceivedModelClient):
     def setup(self) -> None:
         super().setup()
         self.alpha = self.hparams.regulariser_weight
+        self.objective = DynamicRegularised(self.alpha)
         self.previous_gradient: Dict[str, torch.Tensor] = zeros_like_parameters(self.model)
 
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss(self.model(x), y) + self.dynamic_regulariser()
-
     def dynamic_regulariser(self) -> torch.Tensor:
-        """``-<w, g_k> + alpha/2 * ||w - w_received||^2``, summed over every parameter tensor."""
-        linear = torch.stack([(param * self.previous_gradient[name]).sum()
-                              for name, param in self.model.named_parameters()]).sum()
-        return 0.5 * self.alpha * squared_distance(self.model, self.received_model) - linear
+        """The objective's regulariser at this client's current model (after ``begin_local_training``)."""
+        return self.objective.regulariser(LiveModel(self))
 
     @torch.no_grad()
     def end_local_training(self) -> None:

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FDParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
@@ -27,6 +28,8 @@ def distillation_loss(logits: torch.Tensor, labels: torch.Tensor, teacher: Class
 
 
 class clientFD(Client):
+    batched = Refused("it collects per-label logits over every step of training")
+
     hparams: FDParams
 
     def setup(self) -> None:

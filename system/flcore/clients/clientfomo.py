@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import State, copy_into, weighted_average
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedFomoParams
 from utils.client_data import ClientData
@@ -47,6 +48,8 @@ def fomo_weights(old_loss: float, losses: torch.Tensor, distances: torch.Tensor)
 
 
 class clientFomo(Client):
+    batched = PLAIN  # cross-entropy training; the downloads are weighed at the broadcast, before it
+
     def __init__(self, config, hparams: FedFomoParams, id: int, train_data: ClientData,
                  test_data: ClientData, model: nn.Module):
         train_part, validation = split_validation(train_data)

@@ -11,11 +11,13 @@ from typing import Optional
 
 import torch
 
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
 
 
 class clientGH(Client):
+    batched = PLAIN  # cross-entropy training; the prototypes are measured in the end hook
     shared_path = "head"
     # Computed at the end of training and read by the server in the same round; listed so that an
     # executor running train() elsewhere brings them back.

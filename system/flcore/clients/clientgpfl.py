@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Tuple
 
 import torch
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import GPFLParams
 from flcore.training.label_counts import class_proportions
@@ -28,6 +29,8 @@ def magnitude_loss(global_features: torch.Tensor, targets: torch.Tensor) -> torc
 
 
 class clientGPFL(Client):
+    batched = Refused("its optimiser applies weight decay to some parameter groups (not plain SGD)")
+
     hparams: GPFLParams
 
     def setup(self) -> None:

@@ -10,10 +10,17 @@ gets no gradient, computed without NaN. Evaluation uses the raw logits.
 """
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
+
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedLCParams
+from flcore.training.objective import Fixed, Objective
+
+OFFSETS = Fixed("logit_offsets")  # (C,) this client's tau * n_c^(-1/4)
 
 
 def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
@@ -25,7 +32,21 @@ def calibration_offsets(class_counts: torch.Tensor, tau: float) -> torch.Tensor:
     return torch.where(counts > 0, offsets, torch.full_like(offsets, float("inf")))
 
 
+@dataclass(frozen=True)
+class Calibrated(Objective):
+    """``CE(model(x) - offsets, y)`` with the client's own per-class offsets (:func:`calibration_offsets`)."""
+
+    def inputs(self):
+        return (OFFSETS,)
+
+    def __call__(self, model, x, y):
+        return F.cross_entropy(model(x) - model.fixed(OFFSETS), y)
+
+
 class clientLC(Client):
+    batched = PLAIN
+    objective = Calibrated()
+
     hparams: FedLCParams
 
     def setup(self) -> None:
@@ -33,6 +54,3 @@ class clientLC(Client):
         # Fixed by the client's data, so derived here rather than carried as state.
         self.class_counts = torch.bincount(self.train_data.y, minlength=self.num_classes)
         self.logit_offsets = calibration_offsets(self.class_counts, self.tau)
-
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.loss(self.model(x) - self.logit_offsets, y)

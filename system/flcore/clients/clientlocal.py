@@ -1,6 +1,7 @@
 """Local training only: the client's model never leaves it."""
+from flcore.batched.support import PLAIN
 from flcore.clients.clientbase import Client
 
 
 class clientLocal(Client):
-    pass
+    batched = PLAIN

@@ -8,12 +8,18 @@ client's first round it is the initial model (as in PFLlib), which makes the ter
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import PLAIN
 from flcore.hyperparameters import MOONParams
-from flcore.training.received import ReceivedModelClient, frozen_copy
+from flcore.training.objective import Objective, Teacher
+from flcore.training.received import RECEIVED, ReceivedModelClient, frozen_copy
+
+PREVIOUS_BASE = Teacher("previous_base", part="base")  # this client's base at the end of its last round
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
@@ -28,7 +34,28 @@ def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: 
     return F.softplus(negative - positive).mean()
 
 
+@dataclass(frozen=True)
+class ModelContrastive(Objective):
+    """``CE(head(z), y) + mu * l_con(z, z_received, z_previous)`` with ``z = base(x)`` (B, D); both
+    teachers' bases run in eval mode. Cross-entropy alone when ``mu`` is 0."""
+    mu: float
+    tau: float
+
+    def inputs(self):
+        return (RECEIVED, PREVIOUS_BASE) if self.mu else ()
+
+    def __call__(self, model, x, y):
+        z = model(x, part="base")
+        loss = F.cross_entropy(model(z, part="head"), y)
+        if self.mu == 0:  # FedAvg exactly, without the two extra forward passes
+            return loss
+        z_global = model.teacher(RECEIVED, x, part="base")
+        z_previous = model.teacher(PREVIOUS_BASE, x)
+        return loss + self.mu * model_contrastive_loss(z, z_global, z_previous, self.tau)
+
+
 class clientMOON(ReceivedModelClient):
+    batched = PLAIN
     persistent_attrs = ("previous_base",)
 
     hparams: MOONParams
@@ -37,17 +64,8 @@ class clientMOON(ReceivedModelClient):
         super().setup()
         self.mu = self.hparams.contrastive_weight
         self.tau = self.hparams.temperature
+        self.objective = ModelContrastive(self.mu, self.tau)
         self.previous_base = frozen_copy(self.model.base)
-
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        z = self.model.base(x)
-        loss = self.loss(self.model.head(z), y)
-        if self.mu == 0:  # FedAvg exactly, without the two extra forward passes
-            return loss
-        with torch.no_grad():
-            z_global = self.received_model.base(x)
-            z_previous = self.previous_base(x)
-        return loss + self.mu * model_contrastive_loss(z, z_global, z_previous, self.tau)
 
     def end_local_training(self) -> None:
         copy_into(self.previous_base, named_tensors(self.model.base))

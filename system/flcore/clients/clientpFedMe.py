@@ -14,12 +14,14 @@ import copy
 import torch
 
 from flcore.aggregation import copy_into
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PFedMeParams
 from flcore.training.personal import State, parameter_views, run_batch_steps, squared_distance_to
 
 
 class clientpFedMe(Client):
+    batched = Refused("every minibatch takes -K inner steps on a personal model, then moves the local model")
     persistent_attrs = ("model_per", "optimizer_per", "learning_rate_scheduler_per")
 
     hparams: PFedMeParams

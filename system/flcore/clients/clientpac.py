@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPACParams
 from flcore.training.classfeatures import class_feature_stats
@@ -24,6 +25,8 @@ HEAD_EPOCHS = 1  # the paper's and PFLlib's classifier stage
 
 
 class clientPAC(Client):
+    batched = Refused("its body stage is pulled towards global prototypes with statistics measured between the "
+                      "stages; not ported to the batched engine")
     shared_path = "base"
     # The optimiser of the head stage carries the lr schedule; the statistics are computed in train()
     # and read by the server in the same round, so an executor must bring them back.

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PerAvgParams
 from flcore.training.personal import parameter_copies, run_batch_steps
@@ -30,6 +31,7 @@ ADAPTATION_STREAM = 0x5EA  # keeps the evaluation batches apart from the trainin
 
 
 class clientPerAvg(Client):
+    batched = Refused("every step draws two batches and takes two gradient steps (first-order MAML)")
     persistent_attrs = ("meta_optimizer", "adaptation_generator")
 
     # Not setup(): the adaptation stream is seeded from the run's seed, which a client does not keep.

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPHPParams
 from flcore.training.personal import interpolate
@@ -42,6 +43,7 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
 
 
 class clientPHP(Client):
+    batched = Refused("its distillation from the inherited private model is not ported to the batched engine")
     persistent_attrs = ("model_hpm", "participations")
 
     hparams: FedPHPParams

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors
@@ -48,6 +49,8 @@ def fill_missing(prototypes: ClassVectors, own: ClassVectors) -> ClassVectors:
 
 
 class clientProto(Client):
+    batched = Refused("its prototype regulariser is not ported to the batched engine")
+
     hparams: FedProtoParams
 
     def setup(self) -> None:

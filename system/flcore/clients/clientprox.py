@@ -7,21 +7,38 @@ optimiser; for plain SGD that is the gradient of this loss term, so the two are 
 """
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
+import torch.nn.functional as F
+
+from flcore.batched.support import PLAIN
 from flcore.hyperparameters import FedProxParams
-from flcore.training.received import ReceivedModelClient, squared_distance
+from flcore.training.objective import Objective, squared_distance
+from flcore.training.received import RECEIVED, ReceivedModelClient
+
+
+@dataclass(frozen=True)
+class Proximal(Objective):
+    """``CE(model(x), y) + mu/2 * sum_l ||w_l - w_received_l||^2``; cross-entropy alone when ``mu`` is 0."""
+    mu: float
+
+    def inputs(self):
+        return (RECEIVED,) if self.mu else ()
+
+    def __call__(self, model, x, y):
+        loss = F.cross_entropy(model(x), y)
+        if self.mu == 0:  # FedAvg exactly, without the extra pass over the parameters
+            return loss
+        received = model.teacher_parameters(RECEIVED)
+        return loss + 0.5 * self.mu * squared_distance(model.named_parameters(), received)
 
 
 class clientProx(ReceivedModelClient):
+    batched = PLAIN
+
     hparams: FedProxParams
 
     def setup(self) -> None:
         super().setup()
         self.mu = self.hparams.prox_weight
-
-    def local_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = self.loss(self.model(x), y)
-        if self.mu == 0:  # FedAvg exactly, without the extra pass over the parameters
-            return loss
-        return loss + 0.5 * self.mu * squared_distance(self.model, self.received_model)
+        self.objective = Proximal(self.mu)

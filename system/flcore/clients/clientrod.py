@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flcore.batched.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.training.label_counts import class_counts
 
@@ -41,6 +42,7 @@ class GenericPlusPersonalHead(nn.Module):
 
 
 class clientROD(Client):
+    batched = Refused("every step also trains a personal head with its own optimiser")
     persistent_attrs = ("personal_head", "personal_optimizer")
     personal_layer_attrs = ("personal_head",)  # FedLAG's K counts it (flcore/lag/mixin.py)
 

@@ -15,12 +15,14 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from flcore.aggregation import zeros_like_parameters
+from flcore.batched.support import Refused
 from flcore.training.received import ReceivedModelClient
 
 Controls = Dict[str, torch.Tensor]
 
 
 class clientSCAFFOLD(ReceivedModelClient):
+    batched = Refused("every step is followed by the control-variate correction (after_step)")
     # Besides c_i: c is received by the broadcast but read during training, and delta_c is written
     # by training but read by the server, so both travel with the client wherever it trains.
     persistent_attrs = ("control", "server_control", "control_delta")

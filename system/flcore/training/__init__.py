@@ -1,5 +1,7 @@
 """Local-training helpers shared by several algorithms; none of them is an algorithm itself.
 
+* ``objective.py``: the minibatch objective as one function both executors run (``Objective``, the
+  ``ModelView`` it reads the model through, ``LiveModel`` over the client's own modules);
 * ``parttraining.py``: training one part of a head-split model at a time (FedRep, FedBABU, FedPAC);
 * ``personal.py``: tools for clients that keep a private model beside the shared one (Ditto, APFL,
   pFedMe, PerAvg, FedPHP; pFedMe's server uses ``interpolate`` too);

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from flcore.clients.clientbase import DivergenceError
+from flcore.training.objective import squared_distance
 
 State = Dict[str, torch.Tensor]
 
@@ -28,8 +29,7 @@ def parameter_copies(module: nn.Module) -> State:
 
 def squared_distance_to(module: nn.Module, anchor: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """``sum_l ||theta_l - anchor_l||^2`` over ``module``'s parameters; differentiable in ``module`` only."""
-    terms = [(param - anchor[name]).pow(2).sum() for name, param in module.named_parameters()]
-    return torch.stack(terms).sum()
+    return squared_distance(module.named_parameters(), anchor)
 
 
 def interpolate(first: Mapping[str, torch.Tensor], second: Mapping[str, torch.Tensor], weight_first: float,

@@ -14,10 +14,13 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
-import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.training.objective import Teacher
+
+# The objectives' handle on it (``model.teacher(RECEIVED, x)``): the whole model, frozen.
+RECEIVED = Teacher("received_model")
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -26,13 +29,6 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     for param in clone.parameters():
         param.grad = None
     return clone.requires_grad_(False).eval()
-
-
-def squared_distance(model: nn.Module, reference: nn.Module) -> torch.Tensor:
-    """``sum_l ||w_l - r_l||^2`` over the parameters of ``model``, differentiable in ``model``."""
-    anchor = dict(reference.named_parameters())
-    terms = [(param - anchor[name]).pow(2).sum() for name, param in model.named_parameters()]
-    return torch.stack(terms).sum()
 
 
 class ReceivedModelClient(Client):
