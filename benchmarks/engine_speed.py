@@ -7,7 +7,7 @@ clients), and optionally on Ray workers.
     python benchmarks/engine_speed.py --quick --batch_clients 20 5  # CPU: time the engine itself
 
 On a CPU, ``--batch_clients 0`` trains a convolutional model one client at a time (the executor's
-automatic choice there, see ``flcore/batched/executor.py``), so it times the sequential path; give a
+automatic choice there, see ``flcore/executors/vmapped.py``), so it times the sequential path; give a
 number to time the batched engine on a CPU. ``benchmarks/engine_step.py`` times one step per model.
 
 Settings (FedAvg, Dirichlet 0.1, PFLlib's local training: batch 10, lr 0.005, one epoch, every client

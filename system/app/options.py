@@ -93,7 +93,7 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
         problems.append("--executor ray needs Ray, which is not installed: pip install -r "
                         "requirements-distributed.txt (or run with --executor sequential)")
     if config.executor == "batched":
-        from flcore.batched.support import batched_problem
+        from flcore.vmapped.support import batched_problem
         problem = batched_problem(config.algorithm, config.model)
         if problem:
             problems.append(problem)

@@ -25,7 +25,8 @@ import torch
 from app.config import EXECUTORS, RunConfig
 from app.options import flag_defaults
 from flcore.clients.clientbase import DivergenceError
-from flcore.executors import RayExecutor, SequentialExecutor
+from flcore.executors.ray_cluster import RayExecutor
+from flcore.executors.sequential import SequentialExecutor
 from flcore.state import StateError
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
@@ -54,7 +55,7 @@ def make_executor(server, config: RunConfig):
     if kind == "ray":
         return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
     if kind == "batched":
-        from flcore.batched.executor import BatchedExecutor  # torch.func only when asked for
+        from flcore.executors.vmapped import BatchedExecutor  # torch.func only when asked for
         return BatchedExecutor(server, config.batch_clients)
     raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
 

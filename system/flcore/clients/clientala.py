@@ -19,7 +19,7 @@ import torch
 from torch.func import functional_call
 
 from flcore.aggregation import copy_into
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedALAParams
 from utils.client_data import ClientData

@@ -14,7 +14,7 @@ from typing import Dict
 
 import torch
 
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedAMPParams
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import APFLParams
 from flcore.training.personal import interpolate, parameter_views

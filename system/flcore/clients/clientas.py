@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
 

@@ -1,5 +1,5 @@
 """FedAvg's client: plain local SGD on cross-entropy; everything is shared (the base behaviour)."""
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 
 

@@ -4,7 +4,7 @@ every client. ``fine_tune`` then trains body and head together.
 """
 from __future__ import annotations
 
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.parttraining import fine_tune_whole_model, part_optimizer
 

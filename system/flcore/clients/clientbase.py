@@ -11,7 +11,7 @@ Local training is one loop (:meth:`Client.train`) with small hooks, in the style
 * :meth:`end_local_training`   - after the last step.
 
 Whether ``--executor batched`` can train a client class is declared by the class itself, in its own
-``batched`` attribute (:mod:`flcore.batched.support`); a subclass does not inherit it.
+``batched`` attribute (:mod:`flcore.vmapped.support`); a subclass does not inherit it.
 
 What a client shares is declared, not coded into copy loops: :attr:`shared_path` names the
 sub-module it uploads and receives (``""`` = the whole model, ``"base"`` = the feature extractor

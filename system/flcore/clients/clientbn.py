@@ -11,7 +11,7 @@ from typing import FrozenSet
 
 from torch import nn
 
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 
 # _NormBase covers every BatchNorm and InstanceNorm variant (lazy and synchronised ones included).

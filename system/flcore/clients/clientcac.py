@@ -14,7 +14,7 @@ from typing import Dict, Mapping, Optional
 import torch
 
 from flcore.aggregation import State, copy_into
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedCACParams
 

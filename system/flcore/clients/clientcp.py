@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedCPParams
 from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedDBEParams
 from flcore.trainmodel.shapes import head_in_features

@@ -13,7 +13,7 @@ import copy
 import torch
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import DittoParams
 from flcore.training.personal import State, parameter_copies, squared_distance_to

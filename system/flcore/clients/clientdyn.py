@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import zeros_like_parameters
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.hyperparameters import FedDynParams
 from flcore.training.objective import Fixed, LiveModel, ModelView, Objective, squared_distance
 from flcore.training.received import RECEIVED, ReceivedModelClient

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import State, copy_into, weighted_average
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedFomoParams
 from utils.client_data import ClientData

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 from flcore.training.classfeatures import class_feature_stats
 

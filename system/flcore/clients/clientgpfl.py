@@ -16,7 +16,7 @@ from typing import Iterable, Optional, Tuple
 
 import torch
 
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import GPFLParams
 from flcore.training.label_counts import class_proportions

@@ -3,7 +3,7 @@ classifier ``head``; the feature extractor ``base`` is the client's local repres
 
 Local training is plain SGD on base and head together.
 """
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 
 

@@ -1,5 +1,5 @@
 """Local training only: the client's model never leaves it."""
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 
 

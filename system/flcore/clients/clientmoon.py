@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.hyperparameters import MOONParams
 from flcore.training.objective import Objective, Teacher
 from flcore.training.received import RECEIVED, ReceivedModelClient, frozen_copy

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.hyperparameters import FedNTDParams
 from flcore.training.objective import Objective
 from flcore.training.received import RECEIVED, ReceivedModelClient

@@ -14,7 +14,7 @@ import copy
 import torch
 
 from flcore.aggregation import copy_into
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PFedMeParams
 from flcore.training.personal import State, parameter_views, run_batch_steps, squared_distance_to

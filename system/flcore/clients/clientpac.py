@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPACParams
 from flcore.training.classfeatures import class_feature_stats

@@ -4,7 +4,7 @@
 Local training is plain SGD on base and head together, so the personal head adapts to each round's
 freshly received base.
 """
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.clients.clientbase import Client
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import PerAvgParams
 from flcore.training.personal import parameter_copies, run_batch_steps

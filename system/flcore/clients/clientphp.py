@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, named_tensors
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedPHPParams
 from flcore.training.personal import interpolate

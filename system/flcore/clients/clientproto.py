@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import EVAL_BATCH_SIZE, Client
 from flcore.hyperparameters import FedProtoParams
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from flcore.batched.support import PLAIN
+from flcore.vmapped.support import PLAIN
 from flcore.hyperparameters import FedProxParams
 from flcore.training.objective import Objective, squared_distance
 from flcore.training.received import RECEIVED, ReceivedModelClient

@@ -4,7 +4,7 @@ epochs on the base with the head frozen; only the base is exchanged.
 """
 from __future__ import annotations
 
-from flcore.batched.support import HEAD_THEN_BASE
+from flcore.vmapped.support import HEAD_THEN_BASE
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import FedRepParams
 from flcore.training.parttraining import only_trainable, part_optimizer, train_head_then_base

@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from flcore.aggregation import zeros_like_parameters
-from flcore.batched.support import Refused
+from flcore.vmapped.support import Refused
 from flcore.training.received import ReceivedModelClient
 
 Controls = Dict[str, torch.Tensor]

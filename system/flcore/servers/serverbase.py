@@ -28,7 +28,7 @@ from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
-from flcore.executors import SequentialExecutor
+from flcore.executors.sequential import SequentialExecutor
 from flcore.lag.settings import LagSettings
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
 from utils import progress

@@ -14,7 +14,7 @@ for the round, in the style of FedJAX's ``client_step``. It reads the model only
 
 Two views implement it. :class:`LiveModel` (here) calls the client's own modules, so the sequential
 path runs exactly the operations it always ran (``torch.func.functional_call`` on every step would
-cost it 15-20% on the project's tiny models). ``flcore.batched.view.FunctionalModel`` runs the same
+cost it 15-20% on the project's tiny models). ``flcore.vmapped.view.FunctionalModel`` runs the same
 objective on one client's slice of parameters stacked along a client axis, under ``vmap``.
 
 Round-fixed inputs are named by :class:`Teacher` and :class:`Fixed` handles: the client attribute

@@ -1,0 +1,61 @@
+"""The selected clients train one after another in this process (PFLlib's way); and the two steps every
+executor that trains a client away from the server shares (what travels, what comes back)."""
+from __future__ import annotations
+
+import copy
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from torch import nn
+
+from flcore.clients.clientbase import Client
+from flcore.exchange import ClientUpdate
+from utils import progress
+from utils.metrics import ClientEvaluation
+
+_DATA_ATTRS = ("train_data", "test_data", "val_data")
+
+
+def evaluate_in_turn(clients: Sequence[Client],
+                     model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
+    """Each client's test statistics and summed train loss, one client after another in this process, of
+    its :meth:`~Client.evaluation_model` or of ``model_of(client)``."""
+    results = []
+    for client in clients:
+        model = None if model_of is None else model_of(client)
+        test = client.test_metrics(model=model)
+        results.append(ClientEvaluation(test, *client.train_metrics(model=model)))
+        progress.current().advance()
+    return results
+
+
+class SequentialExecutor:
+    """PFLlib's behaviour: the selected clients train one after another in this process."""
+
+    def train(self, clients: Sequence[Client]) -> List[ClientUpdate]:
+        progress.current().begin("train", len(clients))
+        updates = []
+        for client in clients:
+            updates.append(client.train())
+            progress.current().advance()
+        return updates
+
+    def evaluate_clients(self, clients: Sequence[Client],
+                         model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
+        return evaluate_in_turn(clients, model_of)
+
+    def close(self) -> None:
+        pass
+
+
+def without_data(client: Client) -> Client:
+    """A shallow copy of ``client`` with its data detached: what travels to a worker."""
+    shipped = copy.copy(client)
+    for name in _DATA_ATTRS:
+        setattr(shipped, name, None)
+    return shipped
+
+
+def train_detached(client: Client, keep_gradients: bool) -> Tuple[dict, ClientUpdate]:
+    """Train ``client`` (a copy, away from the server) and return its new state and its update."""
+    update = client.train()
+    return client.get_state(), (update if keep_gradients else update.without_gradients())
