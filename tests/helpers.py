@@ -5,6 +5,7 @@ Imported as ``from helpers import ...`` (pytest puts this folder on the path for
 fixtures themselves are in conftest.py."""
 from __future__ import annotations
 
+import math
 import weakref
 from pathlib import Path
 from typing import Iterable
@@ -23,6 +24,7 @@ from app.build import build_server, hyperparameters, prepare
 from app.options import parse_args
 from app.run import FederatedRun, run_results_file
 from flcore.aggregation import named_tensors
+from utils.result_utils import read_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -231,7 +233,6 @@ ACCURACY_ARRAYS = ("rs_test_acc", "rs_test_auc", "rs_train_loss", "rs_client_acc
 def train_and_compare(first, second):
     """Train two servers and assert that their accuracy arrays are bit-identical; returns both runs'
     ``(arrays, attrs)`` for further checks."""
-    from utils.result_utils import read_results
     train(first)
     train(second)
     a, b = read_results(results_file(first)), read_results(results_file(second))
@@ -251,3 +252,68 @@ def serve_a_broken_download(monkeypatch, body: bytes, refuse: bool) -> None:
         if refuse:
             raise URLError("[Errno 111] Connection refused")
     monkeypatch.setattr(release.urllib.request, "urlretrieve", retrieve)
+
+
+# ----- the vmapped engine against the sequential loop ---------------------------------------------
+# Float state after batched training may differ from sequential by how vmap batches matrix products.
+ATOL = RTOL = 1e-5
+
+
+def assert_close(a, b, where: str = "") -> None:
+    """Recursive comparison of exported states: float tensors and numbers within the tolerance,
+    everything else (integer tensors, generator states, strings) exactly."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for key in a:
+            assert_close(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype, where
+        if a.is_floating_point():
+            assert torch.allclose(a, b, atol=ATOL, rtol=RTOL, equal_nan=True), \
+                f"{where}: max difference {float((a - b).abs().max())}"
+        else:
+            assert torch.equal(a, b), where
+    elif isinstance(a, float):
+        assert math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL) or (math.isnan(a) and math.isnan(b)), where
+    else:
+        assert a == b, where
+
+
+def train_both(data_dir, tmp_path, *flags, rounds: int = 2):
+    """Both executors on the same flags; returns ``{executor: (server, arrays)}``."""
+    runs = {}
+    for executor in ("sequential", "batched"):
+        server = server_for(data_dir, tmp_path / executor, "-jr", "0.5", "-gr", str(rounds), *flags,
+                            "--executor", executor)
+        train(server)
+        runs[executor] = (server, read_results(results_file(server))[0])
+    return runs
+
+
+def assert_same_training(runs) -> None:
+    (first, arrays_a), (second, arrays_b) = runs["sequential"], runs["batched"]
+    for a, b in zip(first.clients, second.clients):
+        assert torch.equal(a.generator.get_state(), b.generator.get_state()), f"client {a.id}: other batches"
+        assert_close(a.get_state(), b.get_state(), f"client {a.id}")
+        # .grad is filled only for FedLAG's last_batch signal, its one reader (see the CNN test).
+        for (name, p), q in zip(a.model.named_parameters(), b.model.parameters()):
+            if q.grad is not None:
+                assert_close(p.grad, q.grad, f"client {a.id} {name}.grad")
+    # Every .h5 series but the timings: accuracies within one test sample, other floats within 1e-4,
+    # the rest (FedLAG's personal layers per round, counts) identical.
+    one_sample = 1.0 / sum(c.test_samples for c in first.clients)
+    one_client_sample = 1.0 / min(c.test_samples for c in first.clients)
+    assert set(arrays_a) == set(arrays_b)
+    for name in set(arrays_a) - {"rs_round_time"}:
+        x, y = np.asarray(arrays_a[name]), np.asarray(arrays_b[name])
+        assert x.shape == y.shape, name
+        if np.issubdtype(x.dtype, np.floating):
+            tolerance = {"rs_test_acc": one_sample, "rs_client_acc": one_client_sample}.get(name, 1e-4)
+            assert np.allclose(x, y, atol=tolerance, rtol=1e-4, equal_nan=True), name
+        else:
+            assert np.array_equal(x, y), name
+    assert getattr(first, "lag_personal", None) == getattr(second, "lag_personal", None)

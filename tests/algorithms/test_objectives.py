@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad_and_value, vmap
 
-from helpers import method_flags, server_for
+from helpers import assert_same_training, method_flags, server_for, train_both
 from flcore.vmapped.engine import per_client_loss
 from flcore.vmapped.functional import FunctionalNet
 from flcore.vmapped.stacking import StackedModels, stack_dicts
@@ -114,7 +114,6 @@ class clientDoubledProx(clientProx):
 
 def test_a_subclass_with_its_own_objective_is_refused_until_it_declares_support(data_dir, tmp_path, monkeypatch):
     from flcore.executors.vmapped import BatchedExecutor
-    from test_batched_engine import assert_same_training, train_both
     monkeypatch.setattr(FedProx, "client_class", clientDoubledProx)
     assert "batched" not in vars(clientDoubledProx) and isinstance(recipe_of(clientProx), Recipe)
     reason = "--executor batched cannot train FedProx: the client class clientDoubledProx is not declared"

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import make_images, play_round, server_for, train, results_file
+from helpers import (assert_close, assert_same_training, make_images, play_round, server_for, train,
+                     train_both)
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.vmapped.schedule import BatchPlan, order_key
 from flcore.vmapped.support import HEAD_THEN_BASE, MODELS, Recipe, Refused, batched_problem, recipe_of
@@ -25,9 +26,7 @@ from flcore.clients.clientbase import Client
 from utils.errors import ConfigError, RunError
 from utils.client_data import ClientData
 from app.options import parse_args, setup_problems
-from utils.result_utils import read_results
 
-ATOL = RTOL = 1e-5
 
 # (-algo, extra flags): every supported client class, and X+LAG on two of them. FedLAG with -ld: under
 # -jr 0.5 clients have taken different numbers of decay steps, so a step mixes learning rates.
@@ -39,66 +38,6 @@ SUPPORTED = [
     ("FedCAC", ("-bt", "1")), ("FedGH", ()), ("FedFomo", ()),
     ("FedRep+LAG", ("--lag_top_k", "2")), ("FedProx+LAG", ("-mu", "0.1")),
 ]
-
-
-def assert_close(a, b, where: str = "") -> None:
-    """Recursive comparison of exported states: float tensors and numbers within the tolerance,
-    everything else (integer tensors, generator states, strings) exactly."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for key in a:
-            assert_close(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_close(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype, where
-        if a.is_floating_point():
-            assert torch.allclose(a, b, atol=ATOL, rtol=RTOL, equal_nan=True), \
-                f"{where}: max difference {float((a - b).abs().max())}"
-        else:
-            assert torch.equal(a, b), where
-    elif isinstance(a, float):
-        assert math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL) or (math.isnan(a) and math.isnan(b)), where
-    else:
-        assert a == b, where
-
-
-def train_both(data_dir, tmp_path, *flags, rounds: int = 2):
-    """Both executors on the same flags; returns ``{executor: (server, arrays)}``."""
-    runs = {}
-    for executor in ("sequential", "batched"):
-        server = server_for(data_dir, tmp_path / executor, "-jr", "0.5", "-gr", str(rounds), *flags,
-                            "--executor", executor)
-        train(server)
-        runs[executor] = (server, read_results(results_file(server))[0])
-    return runs
-
-
-def assert_same_training(runs) -> None:
-    (first, arrays_a), (second, arrays_b) = runs["sequential"], runs["batched"]
-    for a, b in zip(first.clients, second.clients):
-        assert torch.equal(a.generator.get_state(), b.generator.get_state()), f"client {a.id}: other batches"
-        assert_close(a.get_state(), b.get_state(), f"client {a.id}")
-        # .grad is filled only for FedLAG's last_batch signal, its one reader (see the CNN test).
-        for (name, p), q in zip(a.model.named_parameters(), b.model.parameters()):
-            if q.grad is not None:
-                assert_close(p.grad, q.grad, f"client {a.id} {name}.grad")
-    # Every .h5 series but the timings: accuracies within one test sample, other floats within 1e-4,
-    # the rest (FedLAG's personal layers per round, counts) identical.
-    one_sample = 1.0 / sum(c.test_samples for c in first.clients)
-    one_client_sample = 1.0 / min(c.test_samples for c in first.clients)
-    assert set(arrays_a) == set(arrays_b)
-    for name in set(arrays_a) - {"rs_round_time"}:
-        x, y = np.asarray(arrays_a[name]), np.asarray(arrays_b[name])
-        assert x.shape == y.shape, name
-        if np.issubdtype(x.dtype, np.floating):
-            tolerance = {"rs_test_acc": one_sample, "rs_client_acc": one_client_sample}.get(name, 1e-4)
-            assert np.allclose(x, y, atol=tolerance, rtol=1e-4, equal_nan=True), name
-        else:
-            assert np.array_equal(x, y), name
-    assert getattr(first, "lag_personal", None) == getattr(second, "lag_personal", None)
 
 
 @pytest.mark.parametrize("algorithm, flags", SUPPORTED, ids=[a for a, _ in SUPPORTED])

@@ -34,19 +34,26 @@ def test_pyproject_installs_one_package_and_no_generic_top_level_name():
 
 def test_the_installed_package_runs_the_commands_from_anywhere(tmp_path):
     """What an editable install puts on the path is the repository root (where ``pfl_lag_bench`` lives),
-    nothing of system/: the package itself makes the checkout's packages importable."""
+    nothing of system/: the package itself makes the checkout's packages importable, and runs the three
+    commands (one process for all of it; argparse's ``--help`` exits through SystemExit)."""
     import subprocess
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    probe = ("import pfl_lag_bench, flcore.registry, app.run, grid.cli, dataset.utils.generate; "
-             "print(flcore.registry.__file__)")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()).is_relative_to(REPO / "system")
-    for command in ("run", "report", "grid"):
-        done = subprocess.run([sys.executable, "-m", "pfl_lag_bench", command, "--help"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True)
-        assert done.returncode == 0 and "usage" in done.stdout.lower(), (command, done.stderr[-500:])
-    done = subprocess.run([sys.executable, "-m", "pfl_lag_bench", "train"], cwd=tmp_path, env=env,
+    probe = "\n".join([
+        "import contextlib, io, sys",
+        "import pfl_lag_bench.__main__ as cli, flcore.registry",
+        "print(flcore.registry.__file__)",
+        "for command in ('run', 'report', 'grid'):",
+        "    out = io.StringIO()",
+        "    try:",
+        "        with contextlib.redirect_stdout(out):",
+        "            code = cli.main([command, '--help'])",
+        "    except SystemExit as stop:",
+        "        code = stop.code",
+        "    print(command, code, 'usage' in out.getvalue().lower())",
+        "print('unknown', cli.main(['train']))"])
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
                           capture_output=True, text=True)
-    assert done.returncode == 2 and "run,report,grid" in done.stderr
-
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert Path(lines[0]).is_relative_to(REPO / "system")
+    assert lines[1:] == ["run 0 True", "report 0 True", "grid 0 True", "unknown 2"]
+    assert "run,report,grid" in done.stderr
