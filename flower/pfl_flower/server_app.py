@@ -27,6 +27,16 @@ from . import task
 app = ServerApp()
 
 
+def readable_train_samples(config):
+    """Each partition's training samples, when the server can read the dataset's config.json (then a node
+    cannot weigh its reply by more samples than it holds); None when the data lives on the nodes only."""
+    from utils.datasets import DatasetError, dataset_info
+    try:
+        return dataset_info(config.dataset, config.num_clients, config.data_dir).train_samples
+    except (DatasetError, OSError):
+        return None
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     repo = task.use_project(context)  # the project's modules are importable from here on
@@ -43,6 +53,7 @@ def main(grid: Grid, context: Context) -> None:
     num_rounds = task.run_int(context, "num-server-rounds", 3, 1)
     strategy = FedLagStrategy(config.lag, [n for n, _ in model.named_parameters()],
                               num_rounds=num_rounds, eval_gap=task.run_int(context, "eval-gap", 1, 1),
+                              train_samples=readable_train_samples(config),
                               fraction_train=task.run_fraction(context, "fraction-train", 1.0),
                               fraction_evaluate=task.run_fraction(context, "fraction-evaluate", 1.0),
                               min_train_nodes=min_nodes, min_evaluate_nodes=min_nodes,

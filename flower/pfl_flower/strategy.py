@@ -30,6 +30,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from flcore.aggregation import sample_weights, weighted_average
+from flcore.exchange import magnitude_limit, tensor_spec, update_problem
 from flcore.lag.conflict import build_layers, layer_evidence, stack_layer_updates
 from flcore.lag.selector import LagSettings, LayerSelector
 from utils.metrics import ClientTestStats, summarize
@@ -43,11 +44,12 @@ class FedLagStrategy(FedAvg):
     ``settings``: checked already, with the run's flags (``task.project_config``). ``parameter_names``: the
     model's ``named_parameters()`` names, in order (layers are built from parameters only, never from
     buffers; ties in the ranking go to the earlier layer). The nodes are evaluated after every
-    ``eval_gap``-th round and after the last one (``num_rounds``).
+    ``eval_gap``-th round and after the last one (``num_rounds``). ``train_samples``: each partition's
+    training samples, when the server can read the dataset: a reply may not weigh more than its own.
     """
 
     def __init__(self, settings: LagSettings, parameter_names: Sequence[str], num_rounds: int,
-                 eval_gap: int = 1, **fedavg_kwargs):
+                 eval_gap: int = 1, train_samples: Optional[Sequence[int]] = None, **fedavg_kwargs):
         super().__init__(**fedavg_kwargs)
         self.num_rounds = num_rounds
         self.eval_gap = max(int(eval_gap), 1)
@@ -66,6 +68,11 @@ class FedLagStrategy(FedAvg):
         self.failures: List[dict] = []
         self._sent: Dict[str, List[int]] = {"train": [], "evaluate": []}  # node ids messaged this round
         self._partition_of: Dict[int, int] = {}  # node id -> partition id, from its replies
+        self._node_of: Dict[int, int] = {}       # partition id -> node id, the other way
+        # What this round's training messages carried: replies are checked against it.
+        self._sent_spec: Dict[str, tuple] = {}
+        self._sent_limit: Optional[float] = None
+        self.train_samples = None if train_samples is None else [int(n) for n in train_samples]
         self._round_start = 0.0
 
     def summary(self) -> None:
@@ -88,21 +95,24 @@ class FedLagStrategy(FedAvg):
         self._round_start = time.perf_counter()
         messages = list(super().configure_train(server_round, arrays, self._with_personal(config), grid))
         self._sent["train"] = [m.metadata.dst_node_id for m in messages]
+        self.expect_replies_to(arrays)
         return messages
+
+    def expect_replies_to(self, arrays: ArrayRecord) -> None:
+        """Remember what a round's training messages carry: each reply is checked against it."""
+        sent = task.from_record(arrays)
+        self._sent_spec, self._sent_limit = tensor_spec(sent), magnitude_limit(sent)
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> Tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        contents = self._collect(server_round, replies, "train")
+        contents = self._checked(server_round, self._collect(server_round, replies, "train"))
         if not contents:
             self.selector.observe(None, uploads=0)  # the round still gets its row
             self.history["round_time"].append(time.perf_counter() - self._round_start)
             return None, None
-        states = [task.from_record(c["arrays"]) for c in contents]
-        updates = [task.from_record(c["update"]) for c in contents]
-        counts = [int(c["metrics"]["num-examples"]) for c in contents]
-        for name, state in (("arrays", states), ("update", updates)):
-            if any(set(s) != set(state[0]) for s in state):
-                raise ValueError(f"clients replied with different tensor names in {name!r}")
+        states = [c["state"] for c in contents]
+        updates = [c["delta"] for c in contents]
+        counts = [c["count"] for c in contents]
 
         # A single client has no pair to conflict with: the round is recorded, unscored.
         evidence = (layer_evidence(stack_layer_updates(updates, self.layers), self.lag.xi) if len(updates) >= 2
@@ -168,6 +178,40 @@ class FedLagStrategy(FedAvg):
                 "rounds_done": len(self.selector.history["uploads"])}
 
     # ----- replies -----------------------------------------------------------------------------------------
+    def _checked(self, server_round: int, contents: list) -> list:
+        """The training replies that may be averaged, read once: ``state`` (the trained tensors), ``delta``
+        (the update scored) and ``count`` (its weight). Each reply is checked against what was sent
+        (:func:`~flcore.exchange.update_problem`: names, shapes, dtypes, finite values of a sane
+        magnitude, a sample count of at most the partition's training samples when the run knows them);
+        one that fails is that node's failure for the round, as an error reply is, and never averaged."""
+        checked = []
+        for content in contents:
+            metrics = content["metrics"]
+            partition = int(metrics["partition-id"])
+            try:
+                state, delta = task.from_record(content["arrays"]), task.from_record(content["update"])
+            except Exception as err:  # noqa: BLE001 - whatever a node sent that is not arrays
+                problem = f"its arrays cannot be read ({type(err).__name__})"
+            else:
+                count = metrics["num-examples"]
+                most = (self.train_samples[partition] if self.train_samples is not None
+                        and 0 <= partition < len(self.train_samples) else None)
+                problem = (update_problem(state, self._sent_spec, count, most, limit=self._sent_limit)
+                           or update_problem(delta, self._sent_spec, count, most))
+            if problem is None:
+                checked.append({"state": state, "delta": delta, "count": int(count)})
+                continue
+            node = self._node_of.get(partition, -1)
+            self.failures.append({"round": server_round, "phase": "train", "node": node, "partition": partition,
+                                  "reason": f"reply left out of the average: {problem}"})
+            self.history["failed_train"][-1] += 1
+            log(WARNING, "aggregate_train: round %d: partition %d's reply is left out of the average: %s",
+                server_round, partition, problem)
+        if contents and not checked:
+            raise RuntimeError(f"aggregate_train: round {server_round}: no reply could be averaged; first: "
+                               f"{self.failures[-1]['reason']}")
+        return checked
+
     def _collect(self, server_round: int, replies: Iterable[Message], phase: str) -> list:
         """The contents of the replies without errors, ordered by the clients' partition ids.
 
@@ -186,6 +230,7 @@ class FedLagStrategy(FedAvg):
             else:
                 contents.append(msg.content)
                 self._partition_of[node] = int(msg.content["metrics"]["partition-id"])
+                self._node_of[self._partition_of[node]] = node
         missing = [n for n in self._sent[phase] if n not in replied]
         self._sent[phase] = []
         failed = errors + [(node, "no reply (the node left, or did not answer in time)") for node in missing]

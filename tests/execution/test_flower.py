@@ -364,17 +364,23 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
 
     names = ["a.weight", "a.bias", "b.weight"]
     # a.weight: pairs (0,1) and (1,2) point apart; a.bias: none; b.weight: (0,2) and (1,2).
-    updates = [{"a.weight": [1, 0], "a.bias": [1], "b.weight": [1]},
-               {"a.weight": [-1, 0], "a.bias": [2], "b.weight": [1]},
-               {"a.weight": [1, 1], "a.bias": [1], "b.weight": [-1]}]
+    updates = [{"a.weight": [1.0, 0.0], "a.bias": [1.0], "b.weight": [1.0]},
+               {"a.weight": [-1.0, 0.0], "a.bias": [2.0], "b.weight": [1.0]},
+               {"a.weight": [1.0, 1.0], "a.bias": [1.0], "b.weight": [-1.0]}]
     states = [{"a.weight": [float(i), 0], "a.bias": [1.0], "b.weight": [2.0 * i]} for i in range(3)]
     counts = [1, 2, 1]
 
     def replies(order=(2, 0, 1)):
         return [_train_reply(i, counts[i], updates[i], states[i]) for i in order]
 
-    strategy = FedLagStrategy(LagSettings(top_k=1, schedule="every_round", granularity="tensor"), names,
-                              num_rounds=2)
+    def sent(strategy):  # what configure_train would have sent: the replies are checked against it
+        import torch
+        from pfl_flower import task
+        strategy.expect_replies_to(task.to_record({n: torch.tensor(v) for n, v in states[0].items()}))
+        return strategy
+
+    strategy = sent(FedLagStrategy(LagSettings(top_k=1, schedule="every_round", granularity="tensor"), names,
+                                   num_rounds=2))
     arrays, _ = strategy.aggregate_train(1, replies())
     assert strategy.selector.history["scores"][0].tolist() == [2, 0, 2]
     assert strategy.personal_names() == ["a.weight"]  # tie with b.weight: the earlier layer
@@ -384,19 +390,56 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
     strategy.aggregate_train(2, replies()[:1])  # one upload: nothing to compare, choice kept
     assert strategy.selector.history["scores"][1].tolist() == [0, 0, 0] and strategy.personal_names() == ["a.weight"]
 
-    warm = FedLagStrategy(LagSettings(top_k=2, schedule="warmup", warmup=2, granularity="tensor"), names,
-                          num_rounds=3)
+    warm = sent(FedLagStrategy(LagSettings(top_k=2, schedule="warmup", warmup=2, granularity="tensor"), names,
+                               num_rounds=3))
     warm.aggregate_train(1, replies())
     assert warm.personal_names() == []  # still warming up
     warm.aggregate_train(2, replies())
     assert warm.personal_names() == ["a.weight", "b.weight"]
-    updates[0]["a.bias"] = [-1]
+    updates[0]["a.bias"] = [-1.0]
     warm.aggregate_train(3, replies())
     assert warm.selector.history["scores"][2].tolist() == [2, 2, 2] and warm.personal_names() == ["a.weight", "b.weight"]
     assert warm.result_arrays()["lag_personal"].tolist() == [[False] * 3, [True, False, True], [True, False, True]]
 
     with pytest.raises(RuntimeError, match="every node failed.*boom"):
         strategy.aggregate_train(3, [_Reply(error="boom", node=7)])
+
+
+@pytest.mark.parametrize("defect, reason", [
+    ({"state": {"a.weight": [float("nan"), 0.0]}}, "a.weight holds a NaN or infinite value"),
+    ({"state": {"a.weight": [1e30, 0.0]}}, "beyond"),
+    ({"state": {"a.weight": [1.0, 0.0, 0.0]}}, "a.weight has shape (3,)"),
+    ({"state": {"c.weight": [1.0]}}, "unexpected c.weight"),
+    ({"update": {"b.weight": [float("inf")]}}, "b.weight holds a NaN or infinite value"),
+    ({"examples": 10 ** 9}, "above the 5 training samples"),
+    ({"examples": -2}, "not a whole number >= 1"),
+], ids=["nan", "1e30", "shape", "name", "update-inf", "examples-1e9", "examples-negative"])
+def test_a_poisoned_reply_is_a_failure_and_never_averaged(monkeypatch, defect, reason):
+    """Two replies, one of them bad in one way: the average is the good one's alone, the bad one is that
+    node's failure for the round (the run is not complete), and the next round goes on."""
+    monkeypatch.syspath_prepend(str(APP))
+    import torch
+    from flcore.lag.selector import LagSettings
+    from pfl_flower import task
+    from pfl_flower.strategy import FedLagStrategy
+
+    names = ["a.weight", "b.weight"]
+    good = {"a.weight": [1.0, 2.0], "b.weight": [3.0]}
+    strategy = FedLagStrategy(LagSettings(top_k=1), names, num_rounds=3, train_samples=[5, 5])
+    strategy.expect_replies_to(task.to_record({"a.weight": torch.zeros(2), "b.weight": torch.zeros(1)}))
+    bad_state = dict(good, **defect.get("state", {}))
+    bad_update = dict(good, **defect.get("update", {}))
+    replies = [_train_reply(0, 4, good, good), _train_reply(1, defect.get("examples", 4), bad_update, bad_state)]
+    arrays, _ = strategy.aggregate_train(1, replies)
+    average = task.from_record(arrays)
+    assert torch.equal(average["a.weight"], torch.tensor([1.0, 2.0]))
+    assert torch.equal(average["b.weight"], torch.tensor([3.0]))
+    status = strategy.run_status()
+    assert not status["complete"] and [(f["round"], f["phase"], f["partition"]) for f in status["failures"]] == \
+        [(1, "train", 1)]
+    assert reason in status["failures"][0]["reason"] and strategy.history["failed_train"] == [1]
+    with pytest.raises(RuntimeError, match="no reply could be averaged"):
+        strategy.aggregate_train(2, replies[1:])
 
 
 # ----- run config, node checks, failed nodes (no processes) -------------------------------------------------

@@ -17,6 +17,7 @@ modules of the clients) exists only in the adapter that runs FedLAG inside a PFL
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Type
 
 import numpy as np
@@ -27,7 +28,7 @@ from flcore.aggregation import copy_into, named_tensors, sample_weights, weighte
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.config_fields import ConfigField
-from flcore.exchange import ClientUpdate
+from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
 from flcore.lag.settings import LagSettings
 from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
@@ -85,6 +86,8 @@ class Server:
         self.trained_updates: Dict[int, ClientUpdate] = {}  # this round's updates, by client id
         self.uploads: List[ClientUpdate] = []               # those that reached the server (-cdr)
         self.upload_weights: List[float] = []
+        self.rejected_updates: List[dict] = []              # {"round", "client", "reason"} of each left out
+        self._upload_specs: Dict[int, TensorSpec] = {}      # client id -> what its uploads carry
 
         self.current_round = 0  # set by the run that drives the rounds
         # Every recorded series, by its name in the .h5 file; algorithms add their own via record().
@@ -180,8 +183,34 @@ class Server:
             keep = int((1 - self.client_drop_rate) * len(active))
             picks = np.sort(self.sampler.choice(len(active), size=keep, replace=False))
             active = [active[i] for i in picks]
-        self.uploads = [self.trained_updates[c.id] for c in active]
+        limit = magnitude_limit(self.shared_tensors())
+        self.uploads = [u for u in (self.trained_updates[c.id] for c in active) if self.accepts(u, limit)]
         self.upload_weights = sample_weights([u.num_samples for u in self.uploads])
+
+    def accepts(self, update: ClientUpdate, limit: Optional[float] = None) -> bool:
+        """Whether ``update`` may be averaged (:func:`~flcore.exchange.update_problem`: what was shared,
+        finite, a plausible sample count). One that may not is left out of the round, named on stderr and
+        listed in the results (``rejected_updates``): one bad client never poisons the average."""
+        client = self.clients[update.client_id] if update.client_id < len(self.clients) else None
+        if client is None or client.id != update.client_id:
+            problem = f"it names client {update.client_id}, which is not in the run"
+        else:
+            problem = update_problem(update.tensors, self._upload_spec(client), update.num_samples,
+                                     client.train_samples, update.gradients, limit)
+        if problem is None:
+            return True
+        self.rejected_updates.append({"round": self.current_round, "client": update.client_id, "reason": problem})
+        print(f"warning: round {self.current_round}: the update of client {update.client_id} is left out of the "
+              f"average: {problem}", file=sys.stderr)
+        return False
+
+    def _upload_spec(self, client: Client) -> TensorSpec:
+        """The names, shapes and dtypes ``client``'s uploads carry (what it shares), from its own model."""
+        if client.id not in self._upload_specs:
+            module = client.shared_module()
+            self._upload_specs[client.id] = tensor_spec({n: t for n, t in named_tensors(module).items()
+                                                         if client.shares(n)})
+        return self._upload_specs[client.id]
 
     def uploader_ids(self) -> List[int]:
         """The ids of this round's uploaders, in upload order."""
@@ -256,7 +285,7 @@ class Server:
     # ----- state (checkpoints) -----------------------------------------------------------------
     def state_names(self) -> tuple:
         """The server attributes :meth:`get_state` saves and :meth:`set_state` restores (nothing else)."""
-        return ("global_model", "sampler", "current_round", "history") + tuple(self.persistent_attrs)
+        return ("global_model", "sampler", "current_round", "history", "rejected_updates") + tuple(self.persistent_attrs)
 
     def get_state(self) -> dict:
         """Everything needed to continue the run: server attributes and every client's state."""
@@ -305,5 +334,8 @@ class Server:
 
     def result_attrs(self) -> Dict[str, object]:
         """What the .h5 records of the run besides its flags; subclasses and mixins extend it."""
-        return {"run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
-                "rounds_done": len(self.history["rs_round_time"])}
+        attrs = {"run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
+                 "rounds_done": len(self.history["rs_round_time"])}
+        if self.rejected_updates:
+            attrs["rejected_updates"] = list(self.rejected_updates)
+        return attrs
