@@ -7,6 +7,7 @@ import dataclasses
 import torch
 
 from app.config import RunConfig
+from app.memory import memory_problem
 from app.options import check_model_name
 from app.run import FederatedRun, run_results_file
 from dataset.utils.client_files import TOKEN_INPUTS
@@ -108,7 +109,8 @@ def check_results_dir(results_dir) -> None:
 def build_server(config: RunConfig, run: int = 0):
     """Seed run ``run`` with ``seed + run`` and build its server (model, clients and their data).
 
-    A results name in use by another live run is refused here, before the data is read.
+    A results name in use by another live run is refused here, before the data is read, and so is a run
+    whose models and data cannot fit in the device's free memory (:mod:`app.memory`).
     """
     check_unlocked(run_results_file(config, run))
     run_config = config.for_run(run)
@@ -118,6 +120,9 @@ def build_server(config: RunConfig, run: int = 0):
     model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
     if spec.head_split:
         model = split_head(model)
+    problem = memory_problem(model, info, config.num_clients, torch.device(config.device), config.model)
+    if problem:
+        raise ConfigError(problem)
     return server_class(run_config, hyperparameters(config), run, model, info)
 
 

@@ -17,25 +17,23 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
+from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
-from app.options import flag_defaults
 from flcore.clients.clientbase import DivergenceError
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
-from flcore.state import StateError
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
-from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
-                              has_checkpoints, load_latest_checkpoint, other_checkpoint_folders, payload_round,
-                              remove_checkpoints, rng_state_problem, save_checkpoint, set_global_rng_state)
+from utils.checkpoint import has_checkpoints, remove_checkpoints
 from utils.errors import RunError
 from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils.progress import RoundReporter
-from utils.result_utils import result_path, writable_problem, write_results, write_results_fallback
+from utils.result_utils import (read_results, result_path, writable_problem, write_results,
+                                write_results_fallback)
 from utils.run_lock import RunLock
 from utils.run_table import csv_path, git_revision, write_run_csv
 from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
@@ -60,6 +58,19 @@ def make_executor(server, config: RunConfig):
     raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
 
 
+class WriteFailed(RunError):
+    """A file of the run could not be written; the message names it, where, and why."""
+
+
+def written(what: str, where: Path, write, *args, **kwargs):
+    """``write(*args, **kwargs)``, with an ``OSError`` (no space left, a file-size limit, a folder that is
+    gone) turned into :class:`WriteFailed` naming ``what`` and ``where``."""
+    try:
+        return write(*args, **kwargs)
+    except OSError as err:
+        raise WriteFailed(f"cannot write {what} in {display_path(where)} ({err.strerror or err})") from None
+
+
 def stalled(values: Sequence[float], top_cnt: int) -> bool:
     """Auto-break's test (``-ab``): the best value is more than ``top_cnt`` evaluations old."""
     if len(values) <= top_cnt:
@@ -67,8 +78,9 @@ def stalled(values: Sequence[float], top_cnt: int) -> bool:
     return len(values) - 1 - int(np.argmax(values)) > top_cnt
 
 
-class FederatedRun:
-    """Runs ``server``'s remaining rounds and writes its results (see the module docstring)."""
+class FederatedRun(Checkpoints):
+    """Runs ``server``'s remaining rounds and writes its results (see the module docstring); its
+    checkpoints and ``--resume`` are :class:`~app.checkpoints.Checkpoints`'."""
 
     def __init__(self, server):
         self.server = server
@@ -80,6 +92,8 @@ class FederatedRun:
         self.results_fallback: Optional[tuple] = None
         # Checkpoints found under the results name outside its flags' folder, removed when the run completes.
         self.unkeyed_checkpoints: Optional[Path] = None
+        # Set by resume() when the results file already holds this run, complete: nothing is run again.
+        self.already_complete = False
 
     @property
     def results_file(self) -> Path:
@@ -91,7 +105,10 @@ class FederatedRun:
 
         Before the first round the results name is locked (a second live run with the same name is
         refused) and the checkpoint folder is tried, so an unwritable location stops the run at once.
+        A run that ``--resume`` found complete already is left as it is.
         """
+        if self.already_complete:
+            return
         try:
             lock = RunLock(self.results_file).acquire()
         except OSError as err:
@@ -122,7 +139,8 @@ class FederatedRun:
     def run_rounds(self) -> None:
         """THE round loop (see the module docstring), then ``finish`` and the results."""
         server, config = self.server, self.config
-        board = (TensorBoardLog(tensorboard_folder(self.results_file), server.current_round)
+        folder = tensorboard_folder(self.results_file)
+        board = (written("TensorBoard's log", folder, TensorBoardLog, folder, server.current_round)
                  if config.tensorboard else None)
         reporter = RoundReporter(len(self.rounds_left()), first=server.current_round,
                                  title=f"{server.algorithm} on {server.dataset}")
@@ -144,12 +162,13 @@ class FederatedRun:
                 server.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)
                 if board is not None:
-                    board.add_round(rnd, server.history)
+                    written("TensorBoard's log", board.folder, board.add_round, rnd, server.history)
                 # Decided before the checkpoint, which records it: a run killed during finish() and
                 # resumed must not train a round past the one -ab stopped at.
                 stop = bool(config.auto_break and stalled(server.rs_test_acc, config.top_cnt))
                 if config.checkpoint_every and (rnd + 1) % config.checkpoint_every == 0:
-                    self.save_checkpoint(rnd, loop_done=stop or rnd == config.global_rounds)
+                    written("a checkpoint", self.checkpoint_folder(), self.save_checkpoint, rnd,
+                            loop_done=stop or rnd == config.global_rounds)
                 if stop:
                     reporter.note(f"auto-break: best accuracy unchanged for {config.top_cnt} evaluations")
                     break
@@ -161,6 +180,12 @@ class FederatedRun:
             raise RunError(
                 f"round {server.current_round}: {err} (learning rate {config.local_learning_rate}); "
                 f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
+        except WriteFailed as err:  # a full disk, a file-size limit, a folder gone: stop, keeping what is kept
+            path = self.save_results()
+            kept = (f"; the checkpoints before it are kept in {display_path(self.checkpoint_folder())}"
+                    if has_checkpoints(self.checkpoint_folder()) else "")
+            raise RunError(f"round {server.current_round}: {err}; the results so far are in "
+                           f"{display_path(path)}{kept}") from None
         except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
             path = self.save_results()
             raise RunError(f"round {server.current_round}: {err}. Results so far kept in "
@@ -168,7 +193,10 @@ class FederatedRun:
         finally:
             reporter.close()
             if board is not None:
-                board.close()
+                try:
+                    board.close()
+                except OSError:  # said already, or the run ended: the .h5 holds the same series
+                    pass
             server.executor.close()
             server.executor = SequentialExecutor()
         path = self.save_results(complete=True)
@@ -181,121 +209,6 @@ class FederatedRun:
         if self.unkeyed_checkpoints is not None:
             remove_checkpoints(self.unkeyed_checkpoints)
 
-    # ----- checkpoints --------------------------------------------------------------------------
-    def checkpoint_folder(self) -> Path:
-        """This run's checkpoints: under its results name, in a folder of its result-affecting flags."""
-        return checkpoint_folder(self.results_file, self.config.flags(), flag_defaults())
-
-    def save_checkpoint(self, rnd: int, loop_done: bool = False) -> Path:
-        """Everything needed to continue after round ``rnd``, including every random generator.
-
-        ``loop_done``: no round follows (the last round, or -ab stopped the run); a resumed run goes
-        straight to the server's ``finish``.
-        """
-        payload = {"config": self.config.flags(), "server": self.server.get_state(), "rng": global_rng_state(),
-                   "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
-        return save_checkpoint(self.checkpoint_folder(), rnd, payload)
-
-    def checkpoint_problem(self, payload: dict) -> Optional[str]:
-        """Why ``payload`` cannot continue this run, or None; checked before anything is loaded."""
-        if not {"config", "server", "rng"} <= set(payload) or not isinstance(payload["config"], dict):
-            return "not a checkpoint of this program (no config, server or rng entry)"
-        differences = config_differences(payload["config"], self.config.flags(), flag_defaults())
-        if differences:
-            return "made with other flags (" + "; ".join(differences) + ")"
-        rnd = payload_round(payload)
-        if rnd is None:
-            return "holds no valid round number (not a checkpoint of this program)"
-        if rnd > self.config.global_rounds:
-            return f"its round {rnd} is past -gr {self.config.global_rounds}"
-        threads, loop_done = payload.get("threads"), payload.get("loop_done", False)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)) \
-                or not isinstance(loop_done, bool):
-            return "not a checkpoint of this program (threads or loop_done entry of the wrong kind)"
-        problem = rng_state_problem(payload["rng"])
-        try:
-            self.server.check_state(payload["server"])
-        except StateError as err:
-            problem = problem or str(err)
-        if problem:
-            return f"does not fit this run ({problem}); it was not loaded"
-        return None
-
-    def resume(self) -> Optional[str]:
-        """Continue from the newest usable checkpoint of this run's flags; returns a note for the user.
-
-        Unusable checkpoints (no or wrong checksum, unloadable, not fitting this server) are skipped and
-        named; with none usable the run starts from round 0 and says so. Refuses (``CheckpointError``)
-        when the only checkpoints under this results name were made with other flags.
-        """
-        folder = self.checkpoint_folder()
-        try:
-            found = load_latest_checkpoint(folder, check=self.checkpoint_problem)
-        except CheckpointError as err:
-            return f"{err}; starting from round 0"
-        if found is None:
-            found = self._checkpoint_of_other_folders(folder)
-            if found is None:
-                return "no checkpoint to resume from; starting from round 0"
-        try:
-            self.server.set_state(found.payload["server"])
-            set_global_rng_state(found.payload["rng"])
-        except (StateError, RuntimeError, ValueError, KeyError, TypeError) as err:
-            # Past every check, so the server may be half loaded: no other checkpoint can be tried now.
-            raise CheckpointError(f"{display_path(found.path)} passed its checks but cannot be loaded "
-                                  f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
-                                  f"and rerun with --resume") from None
-        self.server.current_round = found.round + 1
-        self.loop_done = found.payload.get("loop_done", False)
-        notes = [f"skipped {s}" for s in found.skipped]
-        threads_note = self._match_checkpoint_threads(found.payload.get("threads"))
-        if threads_note:
-            notes.append(threads_note)
-        if found.path is not None and found.path.parent != folder:  # continued in the flags' own folder
-            self.unkeyed_checkpoints = found.path.parent
-            notes.append(f"read {display_path(found.path)}")
-        done = " (no round left)" if self.loop_done else ""
-        return "; ".join(notes + [f"resumed after round {found.round}{done}"])
-
-    def _checkpoint_of_other_folders(self, folder: Path):
-        """With no checkpoint in this run's flags' folder: one under the same results name but in a folder
-        not keyed by these flags (as the layout before flag keys wrote them), if made with the same
-        flags; else refuse, listing the differences, when there are checkpoints of other flags; else None."""
-        differences: List[str] = []
-        blocking: Optional[Path] = None
-        for other in other_checkpoint_folders(folder):
-            try:
-                found = load_latest_checkpoint(other)
-            except CheckpointError:
-                continue
-            config = found.payload.get("config") if isinstance(found.payload, dict) else None
-            diff = (config_differences(config, self.config.flags(), flag_defaults()) if isinstance(config, dict)
-                    else ["unreadable flags"])
-            if not diff and self.checkpoint_problem(found.payload) is None:
-                return found
-            if blocking is None:
-                differences, blocking = diff, other
-        if blocking is not None:
-            raise CheckpointError(
-                f"cannot resume: the checkpoints of {self.results_file.stem} were made with other flags ("
-                + "; ".join(differences) + f"); rerun with the original flags, or delete {display_path(blocking)} "
-                f"(or run without --resume) to start these flags from round 0")
-        return None
-
-    def _match_checkpoint_threads(self, saved: Optional[int]) -> str:
-        """Use the checkpoint's intra-op thread count, unless ``--threads`` asks for another one.
-
-        Float sums are split across threads, so the same run under another count differs in the last bits.
-        """
-        current = torch.get_num_threads()
-        if not saved or int(saved) == current:
-            return ""
-        if not self.config.threads:
-            torch.set_num_threads(int(saved))
-            return f"using the checkpoint's {int(saved)} intra-op threads (this machine's default is {current})"
-        return (f"the checkpoint ran with {int(saved)} intra-op threads and --threads asks for {current}: "
-                f"the resumed results will differ from an uninterrupted run in the last bits")
-
     # ----- results ------------------------------------------------------------------------------
     def result_attrs(self) -> Dict[str, object]:
         """The server's own attributes plus what bitwise reproducibility depends on besides the flags:
@@ -305,8 +218,10 @@ class FederatedRun:
         return {"config": config, **self.server.result_attrs(), "git_revision": git_revision()}
 
     def accuracy_summary(self) -> AccuracySummary:
-        """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far."""
-        return summary_from_arrays(self.server.history, self.config.report_last_k)
+        """Best, final and last-k mean accuracy and the clients' spread at the final evaluation, so far
+        (those of the results file when the run was complete already)."""
+        history = read_results(self.results_file)[0] if self.already_complete else self.server.history
+        return summary_from_arrays(history, self.config.report_last_k)
 
     def save_results(self, complete: bool = False) -> Path:
         """Write the run's .h5 and return where it went; ``complete`` marks a run that reached its end

@@ -182,8 +182,9 @@ def other_checkpoint_folders(folder: Path) -> List[Path]:
 
 
 def remove_checkpoints(folder: Path) -> None:
-    """Remove the checkpoints in ``folder`` (and files a killed write left behind), then the folder and
-    the results name's folder if nothing else is in them: other configurations' checkpoints stay."""
+    """Remove the checkpoints in ``folder`` (and files a killed write left behind), then the folder, the
+    results name's folder and ``checkpoints/`` itself when nothing else is in them: other
+    configurations' and other runs' checkpoints stay."""
     folder = Path(folder)
     for path in _checkpoints(folder):
         path.unlink(missing_ok=True)
@@ -191,7 +192,7 @@ def remove_checkpoints(folder: Path) -> None:
     if folder.is_dir():
         for leftover in [*folder.glob(".round_*.tmp"), *folder.glob("round_*.sha256")]:
             leftover.unlink(missing_ok=True)
-    for empty in (folder, folder.parent):
+    for empty in (folder, folder.parent, folder.parent.parent):
         try:
             empty.rmdir()  # only succeeds when empty
         except OSError:

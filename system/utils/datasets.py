@@ -220,9 +220,17 @@ def ensure_default_dataset(name: str, num_clients: int, data_dir: Optional[Path]
     if options is None or root.exists():
         return None
     from dataset.utils.generate import build_dataset
+    from dataset.utils.partition import PartitionError
     print(f"first use of {name}: partitioning it into {options.num_clients} clients under {display_path(root)} ...",
           flush=True)
     x, y = digits_generator().load_raw()
-    # Another process may build the same folder at the same time: keep whichever lands first.
-    build_dataset(root, x, y, options, source="Digits", replace=False)
+    try:
+        # Another process may build the same folder at the same time: keep whichever lands first.
+        build_dataset(root, x, y, options, source="Digits", replace=False)
+    except PartitionError as err:
+        raise DatasetError(f"cannot split Digits ({len(y)} images) into {options.num_clients} clients as "
+                           f"{name!r} asks: {str(err).replace('--num-clients', '-nc')}") from None
+    except OSError as err:
+        raise DatasetError(f"cannot write {display_path(root)} ({err.strerror or err}); free space there or "
+                           f"pass another --data_dir") from None
     return root

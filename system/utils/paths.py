@@ -33,12 +33,17 @@ def recorded_location(value: str) -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+# Besides letters and digits, what a name (a dataset, a goal, an algorithm) may hold.
+NAME_PUNCTUATION = "-._+"
+
+
 def unsafe_name_reason(value: str) -> str:
     """Why ``value`` cannot be one component of a file name, or "" when it can.
 
     Dataset names and result goals become parts of paths (``<data_dir>/<dataset>/``,
     ``<results_dir>/<dataset>_<algo>_<goal>_<run>.h5``); a separator or ``..`` would reach outside
-    those folders.
+    those folders, and a space, a newline, ``*`` or a quote would make the file awkward or unsafe to
+    name in a shell: a name is letters, digits and ``- . _ +``.
     """
     if not value:
         return "is empty"
@@ -46,8 +51,9 @@ def unsafe_name_reason(value: str) -> str:
         return "contains a path separator"
     if value in (".", "..") or ".." in value:
         return "contains '..'"
-    if "\0" in value:
-        return "contains a NUL character"
+    odd = next((c for c in value if not (c.isalnum() or c in NAME_PUNCTUATION)), None)
+    if odd is not None:
+        return f"contains the character {odd!r}"
     return ""
 
 
@@ -57,5 +63,5 @@ def check_name(value: str, flag: str, error: type = ValueError) -> str:
     reason = unsafe_name_reason(str(value))
     if reason:
         raise error(f"{flag} {value!r} {reason}; it is part of a file name: use a plain name "
-                    f"(letters, digits, '-', '.')")
+                    f"(letters, digits, '-', '.', '_', '+')")
     return value

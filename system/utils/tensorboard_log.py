@@ -31,6 +31,7 @@ class TensorBoardLog:
         except ImportError:
             raise TensorBoardError("--tensorboard needs the tensorboard package: pip install tensorboard "
                                    "(or run without --tensorboard; the .h5 and .csv hold the same series)") from None
+        self.folder = Path(folder)
         self.writer = SummaryWriter(str(folder), purge_step=first_round or None)
 
     def add_round(self, rnd: int, history: Mapping[str, Sequence]) -> None:
