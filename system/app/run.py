@@ -34,7 +34,7 @@ from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils.progress import RoundReporter
 from utils.result_utils import (read_results, result_path, writable_problem, write_results,
                                 write_results_fallback)
-from utils.run_lock import RunLock
+from utils.run_lock import RunLock, lock_path
 from utils.run_table import csv_path, git_revision, write_run_csv
 from utils.tensorboard_log import TensorBoardLog, tensorboard_folder
 
@@ -94,6 +94,8 @@ class FederatedRun(Checkpoints):
         self.unkeyed_checkpoints: Optional[Path] = None
         # Set by resume() when the results file already holds this run, complete: nothing is run again.
         self.already_complete = False
+        # "<csv> (why)" while the CSV beside the results could not be written.
+        self.csv_problem: Optional[str] = None
 
     @property
     def results_file(self) -> Path:
@@ -112,8 +114,8 @@ class FederatedRun(Checkpoints):
         try:
             lock = RunLock(self.results_file).acquire()
         except OSError as err:
-            raise RunError(f"--results_dir: cannot write to {display_path(self.results_file.parent)} "
-                           f"({err.strerror or err}); choose a writable folder") from None
+            raise WriteFailed(f"--results_dir: cannot write the run's lock {display_path(lock_path(self.results_file))} "
+                              f"({err.strerror or err}); free space there or choose a writable folder") from None
         try:
             self.check_outputs()
             self.run_rounds()
@@ -176,20 +178,12 @@ class FederatedRun(Checkpoints):
             if config.num_new_clients > 0:
                 server.evaluate_new_clients()
         except DivergenceError as err:
-            path = self.save_results()
-            raise RunError(
-                f"round {server.current_round}: {err} (learning rate {config.local_learning_rate}); "
-                f"lower -lr, or check the data. Results so far kept in {display_path(path)}") from None
+            raise self.stopped(f"{err} (learning rate {config.local_learning_rate}); lower -lr, or check the "
+                               f"data") from None
         except WriteFailed as err:  # a full disk, a file-size limit, a folder gone: stop, keeping what is kept
-            path = self.save_results()
-            kept = (f"; the checkpoints before it are kept in {display_path(self.checkpoint_folder())}"
-                    if has_checkpoints(self.checkpoint_folder()) else "")
-            raise RunError(f"round {server.current_round}: {err}; the results so far are in "
-                           f"{display_path(path)}{kept}") from None
+            raise self.stopped(str(err), resumable=True) from None
         except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
-            path = self.save_results()
-            raise RunError(f"round {server.current_round}: {err}. Results so far kept in "
-                           f"{display_path(path)}") from None
+            raise self.stopped(str(err)) from None
         finally:
             reporter.close()
             if board is not None:
@@ -204,10 +198,45 @@ class FederatedRun(Checkpoints):
             intended, reason = self.results_fallback
             kept = " (the checkpoints are kept)" if has_checkpoints(self.checkpoint_folder()) else ""
             raise RunError(f"cannot write {display_path(intended)} ({reason}); the complete results were written "
-                           f"to {path} instead: move that file there{kept}")
-        remove_checkpoints(self.checkpoint_folder())
-        if self.unkeyed_checkpoints is not None:
-            remove_checkpoints(self.unkeyed_checkpoints)
+                           f"to {path} instead: move that file there{kept}{self.csv_note()}")
+        self.remove_own_checkpoints()
+        if self.csv_problem:
+            raise RunError(f"cannot write {self.csv_problem}; the complete results are in {display_path(path)}")
+
+    def stopped(self, reason: str, resumable: bool = False) -> RunError:
+        """The one line that ends a run stopped before its end by ``reason``, once its results so far are
+        saved (in the results file, or where the fallback put them). ``resumable``: the checkpoints taken
+        before the stop are kept, and the line says so and how to continue."""
+        path = self.save_results()
+        folder = self.checkpoint_folder()
+        kept = ""
+        if not has_checkpoints(folder):
+            try:
+                remove_checkpoints(folder)  # nothing but the empty folders a first checkpoint that failed left
+            except OSError:
+                pass
+        elif resumable:
+            kept = (f"; the checkpoints before it are kept in {display_path(folder)}: free space and rerun with "
+                    f"--resume")
+        instead = ""
+        if self.results_fallback:
+            intended, why = self.results_fallback
+            instead = f" (not {display_path(intended)}: {why})"
+        return RunError(f"round {self.server.current_round}: {reason}. Results so far kept in "
+                        f"{display_path(path)}{instead}{self.csv_note()}{kept}")
+
+    def remove_own_checkpoints(self) -> None:
+        """Remove this completed run's checkpoints; one that cannot be removed is said, and left."""
+        folders = [self.checkpoint_folder()] + ([self.unkeyed_checkpoints] if self.unkeyed_checkpoints else [])
+        for folder in folders:
+            try:
+                remove_checkpoints(folder)
+            except OSError as err:
+                print(f"note: the run is complete, but its checkpoints in {display_path(folder)} could not be "
+                      f"removed ({err.strerror or err}); delete them by hand", file=sys.stderr)
+
+    def csv_note(self) -> str:
+        return f" (its CSV could not be written: {self.csv_problem})" if self.csv_problem else ""
 
     # ----- results ------------------------------------------------------------------------------
     def result_attrs(self) -> Dict[str, object]:
@@ -238,10 +267,11 @@ class FederatedRun(Checkpoints):
         attrs = dict(self.result_attrs(), complete=complete, summary=self.accuracy_summary().as_attrs())
         try:
             write_results(path, arrays, attrs)
-            self._write_csv(path, arrays, attrs)
-            return path
         except (OSError, RuntimeError) as err:  # h5py reports some write failures as RuntimeError
             reason = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        else:
+            self._write_csv(path, arrays, attrs)
+            return path
         fallback, failures = write_results_fallback(path, arrays, attrs)
         if fallback is None:
             folder = self.checkpoint_folder()
@@ -253,11 +283,11 @@ class FederatedRun(Checkpoints):
         self._write_csv(fallback, arrays, attrs)
         return fallback
 
-    @staticmethod
-    def _write_csv(h5_path: Path, arrays: Dict[str, np.ndarray], attrs: Dict[str, object]) -> None:
-        """The run's CSV beside its .h5; the .h5 is the record, so a CSV that cannot be written is only said."""
+    def _write_csv(self, h5_path: Path, arrays: Dict[str, np.ndarray], attrs: Dict[str, object]) -> None:
+        """The run's CSV beside its .h5; one that cannot be written is recorded in :attr:`csv_problem`,
+        for the line that ends the run (a CSV written later clears it)."""
         try:
             write_run_csv(h5_path, arrays, attrs)
+            self.csv_problem = None
         except OSError as err:
-            print(f"warning: cannot write {display_path(csv_path(h5_path))} ({err.strerror or err}); the results "
-                  f"are in {display_path(h5_path)}", file=sys.stderr)
+            self.csv_problem = f"{display_path(csv_path(h5_path))} ({err.strerror or err})"

@@ -103,7 +103,8 @@ def save_checkpoint(folder: Path, rnd: int, payload: dict) -> Path:
     """Write ``payload`` as the checkpoint of round ``rnd`` and prune this folder's older ones.
 
     Checkpoints of rounds after ``rnd`` (left by an earlier attempt of the same configuration that was
-    started again without ``--resume``) are removed too: the newest checkpoint is always this run's.
+    started again without ``--resume``) are removed too: the newest checkpoint is always this run's. Older
+    ones are pruned only once this one is complete, so a write that fails (a full disk) keeps them.
     """
     buffer = io.BytesIO()
     torch.save(payload, buffer)
@@ -111,8 +112,12 @@ def save_checkpoint(folder: Path, rnd: int, payload: dict) -> Path:
     path = folder / f"round_{rnd:06d}.pt"
     with atomic_path(path) as tmp:
         Path(tmp).write_bytes(data)
-    with atomic_path(path.with_suffix(".sha256")) as tmp:
-        Path(tmp).write_text(hashlib.sha256(data).hexdigest() + "\n", encoding="ascii")
+    try:
+        with atomic_path(path.with_suffix(".sha256")) as tmp:
+            Path(tmp).write_text(hashlib.sha256(data).hexdigest() + "\n", encoding="ascii")
+    except OSError:  # e.g. the disk filled: a checkpoint without its checksum is never used, so free its space
+        path.unlink(missing_ok=True)
+        raise
     older = [p for p in _checkpoints(folder) if _round_of(p) <= rnd]
     for old in [p for p in _checkpoints(folder) if _round_of(p) > rnd] + older[KEEP:]:
         old.unlink(missing_ok=True)

@@ -51,8 +51,12 @@ class RunLock:
                 break
             os.close(fd)
         self.took_over = _read_pid(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError:  # e.g. a full disk: give the lock back rather than hold it unnamed
+            os.close(fd)
+            raise
         self.fd = fd
         return self
 
