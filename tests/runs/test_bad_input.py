@@ -100,3 +100,29 @@ def test_any_user_error_is_one_line_and_anything_else_keeps_its_traceback(monkey
     monkeypatch.setattr(main, "run", fail_with(ValueError("a bug")))
     with pytest.raises(ValueError, match="a bug"):
         main.main(["-gr", "0"])
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["-data", "Digits", "-nc", "100000"], "cannot split Digits (1797 images) into 100000 clients as 'Digits' asks: "
+                                           "1797 samples cannot be split over 100000 clients; lower -nc"),
+    (["-data", "Digits-pat11"], "as 'Digits-pat11' asks: --class-per-client must be in [1, 10], got 11"),
+    (["-data", "Digits-dir0"], "as 'Digits-dir0' asks: --alpha must be a positive number, got 0.0"),
+    (["-data", "Digits", "--full-disk"], "cannot write {data}/Digits (No space left on device); free space there or "
+                                         "pass another --data_dir"),
+], ids=["more-clients-than-images", "more-classes-per-client-than-classes", "alpha-0", "full-disk"])
+def test_every_error_of_building_the_default_dataset_on_first_use_is_one_line(flags, fragment, tmp_path, capsys,
+                                                                           monkeypatch):
+    import errno
+    import os
+    import dataset.utils.generate as generate
+    if "--full-disk" in flags:
+        flags.remove("--full-disk")
+
+        def disk_full(*args):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(generate, "write_client_arrays", disk_full)
+    data = tmp_path / "data"
+    code, err = run_main([*flags, "-gr", "0", "-dev", "cpu", "--data_dir", str(data), "--results_dir", str(tmp_path)],
+                         capsys)
+    assert_one_line_error(code, err, fragment.format(data=data))
+    assert not data.exists() or not list(data.iterdir())  # no folder, whole or half built
