@@ -41,13 +41,39 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(parser_class: type = argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The command line, made from :class:`~app.config.RunConfig`'s field declarations."""
-    parser = argparse.ArgumentParser(
+    parser = parser_class(
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
         formatter_class=HelpFormatter)
     add_arguments(parser, RunConfig)
     return parser
+
+
+class _ReadingParser(argparse.ArgumentParser):
+    """main.py's parser used to read flags, not to run: what would make main.py stop (a bad value, or
+    ``-h``) raises ``ValueError`` with argparse's message, and nothing is printed."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+    def exit(self, status: int = 0, message: Optional[str] = None):
+        raise ValueError(message or "-h/--help prints main.py's help instead of running it")
+
+    def print_help(self, file=None) -> None:
+        pass
+
+
+def flags_given(argv: Sequence[str]) -> Dict[str, str]:
+    """``{dest: its flag names, e.g. '-go/--goal'}`` of the flags ``argv`` sets, read exactly as main.py
+    reads them (abbreviations, ``--flag=value``, a short flag's attached value); words main.py does not know
+    are left for it to refuse. Raises ``ValueError`` with argparse's message where main.py would stop."""
+    parser = build_parser(_ReadingParser)
+    unset = object()
+    names = {action.dest: "/".join(action.option_strings) for action in parser._actions}
+    namespace = argparse.Namespace(**{dest: unset for dest in flag_defaults()})
+    parser.parse_known_args(list(argv), namespace)
+    return {dest: names[dest] for dest, value in vars(namespace).items() if value is not unset}
 
 
 @functools.lru_cache(maxsize=1)

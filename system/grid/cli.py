@@ -7,6 +7,7 @@ import sys
 from typing import Optional, Sequence
 
 from grid.command_line import parse_command_line
+from grid.passed_flags import check_passed_flags
 from grid.plan import plan_runs
 from grid.session import run_batch
 from grid.settings import Settings, resolve_settings
@@ -15,7 +16,9 @@ from grid.usage import PROGRAM, USAGE, UsageError
 
 def settings_from_flags(argv: Sequence[str]) -> Settings:
     """The settings ``run_all.sh <argv>`` would run with (``-h`` has no settings: see :func:`main`)."""
-    return resolve_settings(parse_command_line(argv))
+    settings = resolve_settings(parse_command_line(argv))
+    check_passed_flags(settings)
+    return settings
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -26,6 +29,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stdout.write(USAGE)
             return 0
         settings = resolve_settings(line)
+        check_passed_flags(settings)
         return run_batch(settings, plan_runs(settings)).exit_code
     except UsageError as err:
         print(f"{PROGRAM}: {err}", file=sys.stderr)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from utils.paths import REPO_ROOT
+from utils.paths import REPO_ROOT, check_name
 
 from grid.command_line import CommandLine
 from grid.grid_file import GridFile, read_grid_file
@@ -19,6 +19,8 @@ DEFAULT_GRID = f"{REPO_ROOT}/benchmarks/grids/quick.grid"
 DEFAULTS = {"algorithms": "FedAvg FedLAG", "datasets": "Digits", "partitions": "dir0.1", "models": "CNN",
             "rounds": "20", "clients": "20", "join_ratio": "1.0", "device": "", "jobs": "1", "seeds": "0"}
 LISTS = ("algorithms", "datasets", "partitions", "models", "seeds")
+# The lists whose values become parts of file names, by what one value is called in messages.
+NAMED = (("algorithms", "algorithm"), ("datasets", "dataset"), ("models", "model"))
 
 
 @dataclass
@@ -112,7 +114,7 @@ def checked_jobs(text: str) -> int:
 
 
 def check(settings: Settings) -> None:
-    """Every value checked in one fixed order (rounds, clients, timeout, checkpoint, goal, lists,
+    """Every value checked in one fixed order (rounds, clients, timeout, checkpoint, goal, lists, names,
     partitions); the first failing check is the one reported."""
     if not re.fullmatch(r"[0-9]+", settings.rounds):
         raise UsageError(f"rounds must be a non-negative integer, got '{settings.rounds}'")
@@ -124,9 +126,15 @@ def check(settings: Settings) -> None:
         raise UsageError("--checkpoint must be a positive number of rounds")
     if "_" in settings.goal or "/" in settings.goal:
         raise UsageError(f"goal '{settings.goal}' may not contain '_' or '/' (it is part of file names)")
+    check_name(settings.goal, "goal", UsageError)
     for name in LISTS:
         if not getattr(settings, name):
             raise UsageError(f"the grid has no {name}")
+    # Parts of the runs' file names (logs, results, dataset folders): main.py's rule, applied before any
+    # file is opened, so that a name can neither reach outside its folder nor truncate a file there.
+    for name, kind in NAMED:
+        for value in getattr(settings, name):
+            check_name(value, kind, UsageError)
     for partition in settings.partitions:
         if partition != "-" and generator_flags(partition) is None:
             raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid or -)")

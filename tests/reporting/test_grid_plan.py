@@ -79,3 +79,81 @@ def test_runs_get_one_thread_unless_the_user_chose(monkeypatch):
     assert run_environment()["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert run_environment()["OMP_NUM_THREADS"] == "3"
+
+
+# Each one word: blanks separate the values of a list (a goal is one value: it gets blanks too).
+HOSTILE_NAMES = ["../../../X", "a/b", "..", "*", "a?b", "$(touch", "`id`", "a;b", "'", "\\x", "a|b", "~"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_NAMES, ids=repr)
+@pytest.mark.parametrize("flag, kind", [("-a", "algorithm"), ("-d", "dataset"), ("-m", "model"), ("--goal", "goal")])
+def test_a_name_that_is_not_a_plain_file_name_is_refused_before_any_file_is_opened(flag, kind, value, tmp_path, capsys,
+                                                                                monkeypatch):
+    """main.py's rule for names, in the batch, before the logs: '../../../X' as a dataset would have opened
+    (and truncated) a log three folders above <results>/logs/."""
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "deep" / "er" / "results"
+    flags = [flag, value, "-p", "-", "-r", "1", "-s", "0", "--results_dir", str(results), "--data_dir", "data"]
+    assert main(flags) == 2
+    err = capsys.readouterr().err
+    if kind == "goal" and "/" in value:
+        assert err == f"run_all.sh: goal '{value}' may not contain '_' or '/' (it is part of file names)\n"
+    else:
+        assert err.startswith(f"run_all.sh: {kind} {value!r} ") and len(err.splitlines()) == 1, err
+        assert err.endswith("; it is part of a file name: use a plain name (letters, digits, '-', '.', '_', '+')\n")
+    assert list(tmp_path.iterdir()) == []  # no log, no folder, anywhere
+
+
+@pytest.mark.parametrize("goal", ["x\ny", "a b", "a\tb"], ids=repr)
+def test_a_goal_with_blanks_is_refused_too(goal, capsys):
+    assert main(["--goal", goal, "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith(f"run_all.sh: goal {goal!r} contains the character ")
+
+
+OWNED = [(["--results_dir", "OTHER"], "--results_dir", "--results_dir"), (["--results", "O"], "--results_dir", "--results_dir"),
+         (["-go", "x"], "-go/--goal", "--goal"), (["--goal=x"], "-go/--goal", "--goal"),
+         (["-t", "3"], "-t/--times", "-s/--seeds"), (["-pv", "1"], "-pv/--prev", "-s/--seeds"),
+         (["--seed", "3"], "--seed", "-s/--seeds"), (["-gr", "5"], "-gr/--global_rounds", "-r/--rounds"),
+         (["-nc", "3"], "-nc/--num_clients", "-c/--clients"), (["-jr", "0.5"], "-jr/--join_ratio", "--jr"),
+         (["-m", "DNN"], "-m/--model", "-m/--models"), (["-algo", "FedProx"], "-algo/--algorithm", "-a/--algorithms"),
+         (["-data", "MNIST"], "-data/--dataset", "-d/--datasets (with -p/--partitions)"),
+         (["--data_dir", "D"], "--data_dir", "--data_dir")]
+PLACES = ["after --", "in the grid's args:", "in the grid's args.FedAvg:"]
+
+
+def batch_with(place: str, flags, tmp_path) -> list:
+    """run_all.sh's flags passing ``flags`` to main.py from ``place``."""
+    grid = tmp_path / "g.grid"
+    grid.write_text("algorithms: FedAvg FedRep\n" + {"after --": "",
+                                                      "in the grid's args:": f"args: {' '.join(flags)}\n",
+                                                      "in the grid's args.FedAvg:": f"args.FedAvg: {' '.join(flags)}\n"}[place])
+    return ["-g", str(grid), "--results_dir", str(tmp_path / "r")] + (["--", *flags] if place == "after --" else [])
+
+
+@pytest.mark.parametrize("place", PLACES)
+@pytest.mark.parametrize("flags, names, batch_flag", OWNED, ids=[" ".join(f) for f, _, _ in OWNED])
+def test_a_main_flag_the_batch_sets_itself_is_refused_with_the_batch_flag_to_use(flags, names, batch_flag, place,
+                                                                               tmp_path, capsys):
+    """Passed on to main.py it would move the run's results (or change its flags) behind the batch's back:
+    the batch would say done, and run it again next time."""
+    argv = batch_with(place, flags, tmp_path)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"run_all.sh: {names} {place} would override what the batch sets in every "
+                                       f"run, which would then write its results elsewhere, or under other flags, "
+                                       f"than the batch looks for; use run_all.sh's {batch_flag} instead\n")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("flags", [["-lbs", "16"], ["-dev", "cpu"], ["-tc", "5"], ["--lag_top_k", "2"],
+                                   ["--checkpoint_every", "5"], ["-ls", "2", "--threads", "2"]])
+def test_main_flags_the_batch_does_not_set_pass_through(flags, tmp_path):
+    for place in PLACES:
+        settings = settings_from_flags(batch_with(place, flags, tmp_path))
+        fedavg = plan_runs(settings).runs[0]
+        assert fedavg.main_flags[-len(flags):] == tuple(flags)
+
+
+def test_flags_main_cannot_read_are_refused_before_anything_runs(tmp_path, capsys):
+    assert main(batch_with("after --", ["-lbs", "x"], tmp_path)) == 2
+    assert capsys.readouterr().err == ("run_all.sh: main.py cannot read the flags after -- (argument -lbs/--batch_size: "
+                                       "invalid int value: 'x')\n")
