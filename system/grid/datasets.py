@@ -4,11 +4,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Dict, List
+import time
+from typing import Dict, List, TextIO
 
 from utils.paths import REPO_ROOT
 
-from grid.logs import last_line
+from grid.logs import claim_log, last_line
 from grid.partitions import generator_flags
 from grid.plan import Plan
 from grid.settings import Settings
@@ -28,7 +29,7 @@ def build_datasets(settings: Settings, plan: Plan, states: List[str]) -> Dict[st
         log = f"{settings.logs_dir}/generate_{data}.log"
         script = f"{REPO_ROOT}/dataset/generate_{dataset}.py"
         if not os.path.isfile(script):
-            with open(log, "w", encoding="utf-8") as f:
+            with claimed_log(log, data) as f:
                 f.write(f"no generator dataset/generate_{dataset}.py for dataset '{dataset}'\n")
             failed[data] = log
             say(f"{PROGRESS} dataset {data}: no generator dataset/generate_{dataset}.py (log {log})")
@@ -38,7 +39,7 @@ def build_datasets(settings: Settings, plan: Plan, states: List[str]) -> Dict[st
         source = settings.source_of(dataset)
         if source:
             command += ["--source", source]
-        with open(log, "w", encoding="utf-8") as f:
+        with claimed_log(log, data) as f:
             f.write(f"# {' '.join(command)}\n")
             f.flush()
             built = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT).returncode == 0
@@ -48,3 +49,19 @@ def build_datasets(settings: Settings, plan: Plan, states: List[str]) -> Dict[st
             failed[data] = log
             say(f"{PROGRESS} dataset {data} FAILED: {last_line(log)} (log {log})")
     return failed
+
+
+# Seconds between two looks at a generator log that another batch holds.
+CLAIM_POLL = 0.5
+
+
+def claimed_log(log: str, data: str) -> TextIO:
+    """The generator log of folder ``data``, claimed for this batch; while another batch holds it (it is
+    building the same folder), wait: its build, once done, is what this batch's generator finds."""
+    output = claim_log(log)
+    if output is None:
+        say(f"{PROGRESS} dataset {data}: being built by another batch; waiting for it")
+    while output is None:
+        time.sleep(CLAIM_POLL)
+        output = claim_log(log)
+    return output

@@ -16,11 +16,14 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Union
+from pathlib import Path
+from typing import Dict, List, Optional, TextIO, Tuple, Union
 
 from utils.paths import REPO_ROOT
+from utils.run_lock import lock_holder
 
 from grid.console import say, warn
+from grid.logs import claim_log
 from grid.plan import Plan, Run
 from grid.settings import Settings
 from grid.usage import PROGRAM, PROGRESS
@@ -32,13 +35,15 @@ STOPPED = 128 + signal.SIGTERM
 # What became of a run that was not started.
 SKIPPED = "skipped"          # its result file is complete
 UNBUILT = "dataset"          # its dataset folder could not be built
-Outcome = Union[int, str]    # an exit status, SKIPPED or UNBUILT; a run never started has none
+ELSEWHERE = "elsewhere"      # another live process holds it (its results lock, or its log)
+Outcome = Union[int, str]    # an exit status, SKIPPED, UNBUILT or ELSEWHERE; a run never started has none
 
 
 @dataclass
 class Execution:
     outcomes: Dict[int, Outcome] = field(default_factory=dict)  # by index in the plan
     interrupted: bool = False
+    elsewhere: Dict[int, str] = field(default_factory=dict)  # by index: who holds each ELSEWHERE run
 
 
 # Intra-op threads per run unless the user sets OMP_NUM_THREADS (or passes --threads N after --).
@@ -64,8 +69,8 @@ def run_environment() -> Dict[str, str]:
 
 def execute(settings: Settings, plan: Plan, states: List[str], unbuilt: Dict[str, str],
             env: Dict[str, str]) -> Execution:
-    """Skip complete runs, fail those whose dataset is missing (their log is the generator's), run the
-    rest; returns when every started run has ended."""
+    """Skip complete runs, leave those another live process holds, fail those whose dataset is missing
+    (their log is the generator's), run the rest; returns when every started run has ended."""
     pool = RunPool(settings, env)
     execution = Execution()
     with pool.stopped_by_signals():
@@ -75,24 +80,51 @@ def execute(settings: Settings, plan: Plan, states: List[str], unbuilt: Dict[str
             if states[i] == "complete":
                 execution.outcomes[i] = SKIPPED
                 continue
+            log = f"{settings.logs_dir}/{run.log_name}"
+            try:
+                holder, output = claim_run(run, log)
+            except OSError as err:  # the log cannot be opened: this run fails, the others go on
+                warn(f"{PROGRAM}: cannot open {log} ({err.strerror or err})")
+                execution.outcomes[i] = 1
+                continue
+            if output is None:
+                execution.outcomes[i], execution.elsewhere[i] = ELSEWHERE, holder
+                say(f"{PROGRESS} elsewhere {run.name} ({holder}): not started here")
+                continue
             if run.data in unbuilt:
                 execution.outcomes[i] = UNBUILT
-                copy_quietly(unbuilt[run.data], f"{settings.logs_dir}/{run.log_name}")
+                with output:
+                    copy_quietly(unbuilt[run.data], output)
                 continue
             if not pool.wait_for_slot():
+                output.close()
                 break
             note = "" if states[i] == "missing" else f" (existing file {states[i]}: rerun)"
             say(f"{PROGRESS} start  {run.name}{note}")
-            pool.start(i, run)
+            pool.start(i, run, output)
         pool.wait_for_all()
     execution.outcomes.update(pool.exit_codes)
     execution.interrupted = pool.stopping
     return execution
 
 
-def copy_quietly(source: str, target: str) -> None:
+def claim_run(run: Run, log: str) -> Tuple[str, Optional[TextIO]]:
+    """(who holds ``run`` when another live process does, its log open for this batch when none does).
+
+    A run is held by the process that holds its results lock (a ``main.py`` started by hand, or by another
+    batch) or its log (another batch, from before it starts the run until the run ends): this batch then
+    neither starts it nor touches its log. Raises ``OSError`` when the log cannot be opened."""
+    held, pid = lock_holder(Path(run.result_file))
+    if held:
+        return f"being written by {f'process {pid}' if pid else 'another process'}", None
+    output = claim_log(log)
+    return ("" if output is not None else "its log is held by another batch"), output
+
+
+def copy_quietly(source: str, output: TextIO) -> None:
     try:
-        shutil.copyfile(source, target)
+        with open(source, encoding="utf-8", errors="replace") as f:
+            shutil.copyfileobj(f, output)
     except OSError:
         pass  # the summary still names the dataset; a missing copy only loses detail
 
@@ -120,8 +152,9 @@ class RunPool:
             return False
         return True
 
-    def start(self, index: int, run: Run) -> None:
-        thread = threading.Thread(target=self._run, args=(index, run), name=run.name, daemon=True)
+    def start(self, index: int, run: Run, output: TextIO) -> None:
+        """Start ``run`` on a thread of its own, writing into ``output`` (its claimed log, closed here)."""
+        thread = threading.Thread(target=self._run, args=(index, run, output), name=run.name, daemon=True)
         self.threads.append(thread)
         thread.start()
 
@@ -155,11 +188,11 @@ class RunPool:
         except OSError:
             pass  # a hung-up terminal: the runs are stopped all the same
 
-    def _run(self, index: int, run: Run) -> None:
+    def _run(self, index: int, run: Run, output: TextIO) -> None:
         log = f"{self.settings.logs_dir}/{run.log_name}"
         started = time.monotonic()
         try:
-            code = self._run_logged(index, run, log)
+            code = self._run_logged(index, run, output)
         except OSError as err:  # e.g. the log cannot be written: this run fails, the others go on
             warn(f"{PROGRAM}: {err}")
             code = 1
@@ -176,9 +209,9 @@ class RunPool:
         else:
             say(f"{PROGRESS} FAILED {run.name} (exit {code}, {seconds} s, log {log})")
 
-    def _run_logged(self, index: int, run: Run, log: str) -> int:
+    def _run_logged(self, index: int, run: Run, output: TextIO) -> int:
         command = [sys.executable, MAIN, *run.main_flags]
-        with open(log, "w", encoding="utf-8") as f:
+        with output as f:  # the run's own descriptor keeps the log claimed until it ends
             f.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {PROGRAM}: {' '.join(command)}\n")
             f.flush()
             process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=self.env,

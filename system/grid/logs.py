@@ -1,12 +1,39 @@
-"""Per-run log files: where they are and the lines the batch quotes from them."""
+"""Per-run log files: who writes one, and the lines the batch quotes from them.
+
+A log belongs to the batch that claims it (:func:`claim_log`) and to the process it starts with it: a
+second batch over the same results folder finds the log claimed and leaves it alone, so no log ever holds
+two runs' lines.
+"""
 from __future__ import annotations
 
+import fcntl
+import os
 import re
-from typing import Optional
+from typing import Optional, TextIO
 
 _BLANK = re.compile(r"^[ \t\n\r\f\v]*$")
 # A failure reason is one line of the summary, not a screenful.
 REASON_WIDTH = 200
+
+
+def claim_log(path: str) -> Optional[TextIO]:
+    """The log at ``path``, emptied and open for writing, when no other process holds it; None while one
+    does (another batch running that run, or building that dataset).
+
+    The claim is an ``flock`` on the log itself, so it lasts as long as any descriptor of it is open: a
+    run started with the log as its output keeps it after the batch closes its own, and the kernel drops
+    it when the last holder ends, however it ends.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        pass  # a file system without locks: the log is written as it always was
+    os.ftruncate(fd, 0)  # only once it is ours: the other holder's lines stay whole
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def read_log(path: str) -> Optional[str]:

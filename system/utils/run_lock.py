@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from utils.errors import UserError
 
@@ -79,18 +79,26 @@ class RunLock:
 
 def check_unlocked(results_file: Path) -> None:
     """Raise :class:`RunLockedError` if a live process holds the lock of ``results_file`` (takes nothing)."""
+    held, pid = lock_holder(results_file)
+    if held:
+        raise RunLockedError(_locked_message(lock_path(results_file), pid))
+
+
+def lock_holder(results_file: Path) -> Tuple[bool, Optional[int]]:
+    """(whether a live process holds the lock of ``results_file``, its pid when the lock file names it);
+    takes nothing."""
     import fcntl
-    path = lock_path(results_file)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(lock_path(results_file), os.O_RDONLY)
     except OSError:
-        return
+        return False, None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        raise RunLockedError(_locked_message(path, _read_pid(fd))) from None
+        return True, _read_pid(fd)
     finally:
         os.close(fd)
+    return False, None
 
 
 def _read_pid(fd: int) -> Optional[int]:
