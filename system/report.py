@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import re
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
 
 import numpy as np  # noqa: E402
 
+from dataset.utils.atomic_io import write_text_atomically  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from reporting.grouping import Group, group_runs  # noqa: E402
 from reporting.runs import find_runs, load_runs  # noqa: E402
@@ -84,8 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def write_csv(path: Path, rows: Sequence[Sequence[object]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
+    """``rows`` as CSV at ``path``, atomically (a failed write leaves the previous file whole)."""
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(rows)
+    write_text_atomically(path, text.getvalue())
 
 
 def uploads_text(uploads: np.ndarray) -> str:
@@ -189,6 +193,18 @@ def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[P
     return "\n".join(lines)
 
 
+def write_outputs(out: Path, groups: List[Group], last_k: int, tables: str, left_out, args) -> Dict[str, List[Path]]:
+    """Write the report's files into ``out``, each atomically; returns the figures by kind."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "table.md", tables)
+    write_csv(out / "table.csv", csv_table(groups, last_k))
+    records = summary_rows(groups, last_k)
+    write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
+    written = {} if args.no_plots else make_plots(groups, out, args)
+    write_text_atomically(out / "report.md", report_markdown(args.title, tables, left_out, written, out))
+    return written
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -213,15 +229,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     groups = group_runs(runs, args.data_dir)
     last_k = recorded_last_k(runs, args.last_k)
-    out.mkdir(parents=True, exist_ok=True)
-
     tables = tables_markdown(groups, last_k)
-    (out / "table.md").write_text(tables, encoding="utf-8")
-    write_csv(out / "table.csv", csv_table(groups, last_k))
-    records = summary_rows(groups, last_k)
-    write_csv(out / "summary.csv", [list(SUMMARY_FIELDS)] + [[rec[k] for k in SUMMARY_FIELDS] for rec in records])
-    written = {} if args.no_plots else make_plots(groups, out, args)
-    (out / "report.md").write_text(report_markdown(args.title, tables, left_out, written, out), encoding="utf-8")
+    try:
+        written = write_outputs(out, groups, last_k, tables, left_out, args)
+    except OSError as err:  # a full disk, a file-size limit, a folder that cannot be made
+        print(f"error: cannot write the report in {display_path(out)} ({err.strerror or err}); each of its files "
+              f"is complete, or as it was before", file=sys.stderr)
+        return 2
 
     print(tables)
     for path, why in left_out:

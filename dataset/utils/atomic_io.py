@@ -58,6 +58,12 @@ def atomic_path(path: Path) -> Iterator[str]:
             os.remove(tmp)
 
 
+def write_text_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` (UTF-8), or, if the write fails part-way (a full disk), what it held before."""
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+
+
 def replace_folder(new: Path, target: Path, keep: tuple = ()) -> None:
     """Put the complete folder ``new`` at ``target``, replacing what is there.
 

@@ -12,9 +12,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
+from reporting.run_checks import run_file_problem
 from utils.result_utils import read_results
 
 RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
+
+
+class RunFileError(ValueError):
+    """A run file the reports cannot use; the message says why."""
 
 
 @dataclass
@@ -58,8 +63,15 @@ def load_run(path: Path) -> Run:
     """Read one run; names come from the file's attributes, or from its name for PFLlib's files.
 
     A file without the ``complete`` attribute (PFLlib writes results only at the end) counts as complete.
+    Raises :class:`RunFileError` when the file does not hold what the reports read (:mod:`reporting.run_checks`).
     """
-    arrays, attrs = read_results(path)
+    try:
+        arrays, attrs = read_results(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as err:  # anything h5py meets
+        raise RunFileError(f"unreadable: {_first_line(err)}") from None
+    problem = run_file_problem(arrays, attrs)
+    if problem:
+        raise RunFileError(problem)
     config = attrs.get("config") if isinstance(attrs.get("config"), dict) else {}
     parsed = RUN_NAME.match(Path(path).stem)
     guess = parsed.groupdict() if parsed else {"dataset": Path(path).stem, "algorithm": "?", "goal": "?", "run": 0}
@@ -86,16 +98,19 @@ def find_runs(places: Sequence[Path], recursive: bool = False) -> List[Path]:
 
 def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
               include_incomplete: bool = False) -> Tuple[List[Run], List[Tuple[Path, str]]]:
-    """(runs kept, [(path, why left out)]): unreadable files, incomplete runs, runs with no accuracy, and
-    a second file for the same (dataset, algorithm, goal, run) (e.g. from two folders). Other goals are
+    """(runs kept, [(path, why left out)]): unreadable files and files that do not hold what the reports
+    read, incomplete runs, runs with no accuracy, and a second file for the same (dataset, algorithm, goal,
+    run) (e.g. from two folders). Other goals (a bad file's as its name gives it) are
     skipped silently."""
     kept, left_out = [], []
     seen: Dict[Tuple[str, str, str, int], Path] = {}
     for path in paths:
         try:
             run = load_run(path)
-        except (OSError, ValueError, KeyError) as err:
-            left_out.append((Path(path), f"unreadable: {err}"))
+        except RunFileError as err:
+            named = RUN_NAME.match(Path(path).stem)
+            if not (goals and named and named.group("goal") not in goals):
+                left_out.append((Path(path), str(err)))
             continue
         if goals and run.goal not in goals:
             continue
@@ -110,3 +125,8 @@ def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
             seen[(run.dataset, run.algorithm, run.goal, run.run)] = Path(path)
             kept.append(run)
     return kept, left_out
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

@@ -84,9 +84,14 @@ def write_results_fallback(path: Path, arrays: Mapping[str, np.ndarray], attrs: 
 
 
 def read_results(path: Path) -> Tuple[Dict[str, np.ndarray], Dict[str, object]]:
-    """All datasets and attributes of one run (dict and list attributes decoded from JSON)."""
+    """All datasets and attributes of one run (dict and list attributes decoded from JSON), each dataset
+    as an array (a scalar as a 0-d one). A group where a dataset belongs is refused (``ValueError``)."""
     with h5py.File(path, "r") as f:
-        arrays = {name: f[name][()] for name in f.keys()}
+        arrays = {}
+        for name, item in f.items():
+            if not isinstance(item, h5py.Dataset):
+                raise ValueError(f"{name} is a group of other objects, not an array")
+            arrays[name] = np.asarray(item[()])
         attrs = {k: _decode(v) for k, v in f.attrs.items()}
     for name, values in arrays.items():
         if values.dtype.kind == "O":
