@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from dataset.utils.client_files import client_file, content_hash
+from dataset.utils.client_files import client_file, content_hash, declared_limits
 from utils.datasets import DatasetError, DatasetInfo, read_client_file
 from utils.dataset_hints import rebuild_command
 from utils.input_kinds import file_inputs_problem, inputs_tensor
@@ -69,7 +69,9 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     vocab_size) and integer labels in ``[0, num_classes)``.
     """
     rebuild = info.rebuild or rebuild_command(info.root, {"num_clients": info.num_clients})
-    x, y = read_client_file(info.root, split, client_id, rebuild)
+    sizes = info.train_samples if split == "train" else info.test_samples
+    limits = declared_limits(sizes[client_id], info.input_shape) if client_id < len(sizes) else None
+    x, y = read_client_file(info.root, split, client_id, rebuild, limits)
     where = display_path(client_file(info.root, split, client_id))
     if y.dtype.kind not in "iu":
         raise DatasetError(f"{where}: labels y have dtype {y.dtype}; they must be integers 0..C-1 "
@@ -80,7 +82,6 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     if y.ndim != 1 or len(x) != len(y):
         raise DatasetError(f"{where}: x has shape {x.shape} and y {y.shape}, expected "
                            f"(N, {', '.join(map(str, info.input_shape))}) and (N,)")
-    sizes = info.train_samples if split == "train" else info.test_samples
     if client_id < len(sizes) and len(y) != sizes[client_id]:
         raise DatasetError(f"{where} holds {len(y)} samples but {display_path(info.root / 'config.json')} says "
                            f"{sizes[client_id]}: the folder mixes files of different builds; regenerate it "

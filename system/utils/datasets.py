@@ -190,9 +190,12 @@ def _shapes_from_files(root: Path, num_clients: int, rebuild: str):
     return shape, tuple(train), tuple(test)
 
 
-def read_client_file(root: Path, split: str, client_id: int, rebuild: str) -> Tuple[np.ndarray, np.ndarray]:
+def read_client_file(root: Path, split: str, client_id: int, rebuild: str,
+                     limits: Optional[Mapping[str, int]] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """One client file's arrays (``limits``: the most bytes each may take, from the config), or a
+    :class:`DatasetError` that names the file and how to rebuild it."""
     try:
-        return read_client_arrays(client_file(root, split, client_id))
+        return read_client_arrays(client_file(root, split, client_id), limits)
     except DatasetFileError as err:
         raise DatasetError(f"{err}; regenerate it with: {rebuild}") from None
 
