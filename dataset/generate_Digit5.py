@@ -27,12 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from dataset.utils.client_files import DatasetFileError  # noqa: E402
-from dataset.utils.command_line import (GENERATOR_ERRORS, options_from_args, output_folder,  # noqa: E402
+from dataset.utils.command_line import (GENERATOR_ERRORS, error_line, options_from_args, output_folder,  # noqa: E402
                                         parse_args, setting_values)
 from dataset.utils.domains import client_domains, partition_by_domain  # noqa: E402
 from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOptions,  # noqa: E402
                                     already_built, build_dataset)
-from dataset.utils.images import RGB, check_images, float_images, read_image_npz, resize_images  # noqa: E402
+from dataset.utils.images import RGB, float_images, resize_images  # noqa: E402
+from dataset.utils.source_arrays import check_images, read_image_npz  # noqa: E402
 from dataset.utils.raw_data import DownloadError  # noqa: E402
 from dataset.utils.torchvision_splits import download_splits, pooled  # noqa: E402
 
@@ -143,7 +144,7 @@ def main(argv: Sequence[str]) -> int:
         config = build_dataset(out, x, y, options, source=NAME, num_classes=NUM_CLASSES, parts=parts,
                                extra_config={"client_domains": owners, "generator_settings": values})
     except GENERATOR_ERRORS as err:
-        print(f"error: {err}")
+        print(error_line(err))
         return 2
     sizes = ", ".join(f"{TITLES[d]} {len(labels)}" for d, (_, labels) in domains.items())
     print(f"wrote {config['num_clients']} clients to {out} ({sum(config['train_samples'])} train / "

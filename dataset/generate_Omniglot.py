@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from dataset.utils.command_line import main as generate_main  # noqa: E402
-from dataset.utils.images import GREY, float_images, image_array, read_image_npz, resize_images  # noqa: E402
+from dataset.utils.images import GREY, float_images, image_array, resize_images  # noqa: E402
+from dataset.utils.source_arrays import read_image_npz  # noqa: E402
 from dataset.utils.raw_data import SOURCE_HINT  # noqa: E402
 from dataset.utils.torchvision_splits import download_splits, pooled  # noqa: E402
 

@@ -33,7 +33,8 @@ from PIL import Image  # noqa: E402
 
 from dataset.utils.client_files import DatasetFileError  # noqa: E402
 from dataset.utils.command_line import main as generate_main  # noqa: E402
-from dataset.utils.images import RGB, float_images, image_array, read_image_npz, resize_images  # noqa: E402
+from dataset.utils.images import RGB, float_images, image_array, resize_images  # noqa: E402
+from dataset.utils.source_arrays import read_image_npz  # noqa: E402
 from dataset.utils.release import downloading, fetch  # noqa: E402
 
 NAME = "TinyImagenet"

@@ -25,8 +25,20 @@ from dataset.utils.raw_data import RawLoader
 
 DATASET_ROOT = Path(__file__).resolve().parents[1]
 
-# What a generator prints as one line (``error: ...``, exit status 2) instead of a traceback.
-GENERATOR_ERRORS = (PartitionError, DatasetFileError, GenerateError, FileNotFoundError)
+# What a generator prints as one line (``error: ...``, exit status 2) instead of a traceback: what it
+# refuses, and what the machine refuses it (a full disk, a file-size limit, no memory left).
+GENERATOR_ERRORS = (PartitionError, DatasetFileError, GenerateError, OSError, MemoryError)
+
+
+def error_line(err: BaseException) -> str:
+    """The ``error: ...`` line of one of :data:`GENERATOR_ERRORS`. A build that fails part-way removes its
+    temporary folder, and a download what it wrote, so the dataset folder is as it was before."""
+    if isinstance(err, MemoryError):
+        return "error: not enough memory to build the dataset; nothing was written"
+    if isinstance(err, OSError) and err.errno is not None:
+        where = f" ({err.filename})" if err.filename else ""
+        return f"error: cannot build the dataset: {err.strerror}{where}; nothing was left half-written"
+    return f"error: {err}"
 
 
 def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
@@ -110,7 +122,7 @@ def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_p
             extra["generator_settings"] = values
         config = build_dataset(out, x, y, options, source=name, extra_config=extra)
     except GENERATOR_ERRORS as err:
-        print(f"error: {err}")
+        print(error_line(err))
         return 2
     print(f"wrote {config['num_clients']} clients to {out} "
           f"({sum(config['train_samples'])} train / {sum(config['test_samples'])} test samples)")

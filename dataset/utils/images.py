@@ -9,13 +9,11 @@ luminance (ITU-R 601-2).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Tuple
 
 import numpy as np
 from PIL import Image
 
-from dataset.utils.client_files import DatasetFileError, read_xy_npz
 from dataset.utils.raw_data import images_to_float
 
 GREY, RGB = 1, 3
@@ -24,27 +22,6 @@ _MODES = {GREY: "L", RGB: "RGB"}
 # Images converted to float per step: bounds the temporary copies images_to_float makes to a few MB
 # instead of three times the whole dataset (Tiny ImageNet: 5.4 GB once, not 16 GB).
 FLOAT_CHUNK = 4096
-
-
-def check_images(x: np.ndarray, y: np.ndarray, where: str) -> Tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` as uint8 N x H x W (grey) or N x H x W x 3 and int64 N, or a :class:`DatasetFileError`
-    naming ``where`` and what is wrong. A trailing channel of 1 is dropped (grey)."""
-    x, y = np.asarray(x), np.asarray(y)
-    if x.ndim == 4 and x.shape[3] == 1:
-        x = x[..., 0]
-    if x.dtype != np.uint8 or not (x.ndim == 3 or (x.ndim == 4 and x.shape[3] == 3)):
-        raise DatasetFileError(f"{where}: x must hold uint8 images, N x H x W (grey) or N x H x W x 3 (RGB); "
-                               f"got {x.dtype} {x.shape}")
-    if y.ndim != 1 or len(y) != len(x) or not len(y) or not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
-        raise DatasetFileError(f"{where}: y must hold one whole-number label >= 0 per image ({len(x)}); got "
-                               f"{y.dtype} {y.shape}")
-    return x, y.astype(np.int64)
-
-
-def read_image_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
-    """A local ``--source`` copy of an image dataset: uint8 ``x`` and integer ``y``, checked."""
-    x, y = read_xy_npz(source)
-    return check_images(x, y, str(source))
 
 
 def image_array(image: Image.Image, size: int, channels: int) -> np.ndarray:
@@ -61,7 +38,7 @@ def image_shape(size: int, channels: int) -> Tuple[int, ...]:
 
 
 def resize_images(x: np.ndarray, size: int, channels: int) -> np.ndarray:
-    """uint8 images (as :func:`check_images` gives them) at ``size x size`` in grey or RGB; returned
+    """uint8 images (as :func:`~dataset.utils.source_arrays.check_images` gives them) at ``size x size`` in grey or RGB; returned
     unchanged when they already are."""
     shape = image_shape(size, channels)
     if x.shape[1:] == shape:

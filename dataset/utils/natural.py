@@ -22,7 +22,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, output_folder, setting_values
+from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, error_line, output_folder, setting_values
 from dataset.utils.generate import GenerateError, GeneratorSetting, PartitionOptions, already_built, build_dataset
 from dataset.utils.partition import PartitionError
 
@@ -131,7 +131,7 @@ def main(name: str, load: NaturalLoader, argv: Sequence[str], *, unit: str, desc
                                parts=consecutive_parts([groups.sizes[group] for group in chosen]),
                                extra_config=extra)
     except GENERATOR_ERRORS as err:
-        print(f"error: {err}")
+        print(error_line(err))
         return 2
     print(f"wrote {config['num_clients']} {unit}s to {out} ({sum(config['train_samples'])} train / "
           f"{sum(config['test_samples'])} test samples of shape {config['input_shape']})")

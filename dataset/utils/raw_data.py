@@ -14,7 +14,8 @@ from typing import Callable, Iterator, Optional, Tuple
 
 import numpy as np
 
-from dataset.utils.client_files import DatasetFileError, read_xy_npz
+from dataset.utils.client_files import DatasetFileError
+from dataset.utils.source_arrays import read_image_npz
 
 # (source file or None, folder for downloads, **generator settings) -> (x float32 N x C x H x W, y int64 N),
 # or (x, y, inputs) where ``inputs`` are the config.json entries describing another kind of x
@@ -41,9 +42,10 @@ def images_to_float(x: np.ndarray, max_value: float = 255.0) -> np.ndarray:
 
 
 def load_source_npz(source: Path) -> Tuple[np.ndarray, np.ndarray]:
-    """A local copy of a dataset: uint8 ``x`` (N x H x W[, C]) and integer ``y``."""
-    x, y = read_xy_npz(source)
-    return images_to_float(x), y.astype(np.int64)
+    """A local copy of an image dataset, read and checked by
+    :func:`~dataset.utils.source_arrays.read_image_npz`: as float images (N x C x H x W) and int64 labels."""
+    x, y = read_image_npz(source)
+    return images_to_float(x), y
 
 
 @contextmanager

@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dataset.utils.client_files import TOKEN_INPUTS, DatasetFileError, read_xy_npz
+from dataset.utils.client_files import TOKEN_INPUTS, DatasetFileError
+from dataset.utils.source_arrays import check_labels, read_source_npz
 
 PAD_ID = 0
 UNKNOWN_ID = 1
@@ -89,15 +90,22 @@ def character_ids(strings: Sequence[str], alphabet: str) -> np.ndarray:
     return (np.searchsorted(table, code_points) + 1).astype(np.int64).reshape(len(strings), -1)
 
 
+TOKEN_FORM = "integer token ids of shape (N, L)"
+
+
+def _token_form_problem(shape, dtype) -> Optional[str]:
+    if len(shape) != 2 or dtype.kind not in "iu":
+        return f"x must hold {TOKEN_FORM}; got {dtype} {tuple(shape)}"
+    return None
+
+
 def load_token_npz(source: Path, vocab_size: int, max_len: int) -> Tuple[np.ndarray, np.ndarray, dict]:
     """An already tokenised copy of a text dataset: integer ``x`` (N x L, 0 = padding) and ``y``.
 
     Rows are cut or right-padded to ``max_len``; an id at or above ``vocab_size`` is refused, since
     mapping it to "unknown" would silently assume the ids are ranked by frequency."""
-    x, y = read_xy_npz(source)
-    if x.ndim != 2 or x.dtype.kind not in "iu" or y.ndim != 1 or y.dtype.kind not in "iu" or len(x) != len(y):
-        raise DatasetFileError(f"{source}: x must be integer token ids of shape (N, L) and y integer labels of "
-                               f"shape (N,); got x {x.dtype} {x.shape} and y {y.dtype} {y.shape}")
+    x, y = read_source_npz(source, TOKEN_FORM, _token_form_problem)
+    y = check_labels(y, str(source))
     if x.size and x.min() < 0:
         raise DatasetFileError(f"{source}: token id {int(x.min())} is negative; ids are 0 (padding) and up")
     if x.size and x.max() >= vocab_size:
