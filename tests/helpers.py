@@ -44,6 +44,22 @@ def pinned_thread_env(**extra: str) -> dict:
     return env
 
 
+def full_disk_from(call: int, real=None):
+    """A stand-in for a writer: calls ``real`` until its ``call``-th use, which, and every later one, fails
+    as a full disk does (``OSError`` ENOSPC, naming the first argument when it is a path)."""
+    import errno
+    import os
+    calls = []
+
+    def write(*args, **kwargs):
+        calls.append(args)
+        if len(calls) >= call:
+            where = str(args[0]) if args and isinstance(args[0], (str, Path)) else None
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), where)
+        return real(*args, **kwargs)
+    return write
+
+
 def make_images(n: int, shape=(1, 8, 8), num_classes: int = 4, seed: int = 0):
     """Separable synthetic images: each class lights a different block of pixels, plus noise."""
     rng = np.random.default_rng(seed)

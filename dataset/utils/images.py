@@ -38,7 +38,8 @@ def image_shape(size: int, channels: int) -> Tuple[int, ...]:
 
 
 def resize_images(x: np.ndarray, size: int, channels: int) -> np.ndarray:
-    """uint8 images (as :func:`~dataset.utils.source_arrays.check_images` gives them) at ``size x size`` in grey or RGB; returned
+    """uint8 images (as :func:`~dataset.utils.source_arrays.check_images` gives them) at ``size x size`` in grey
+    or RGB; returned
     unchanged when they already are."""
     shape = image_shape(size, channels)
     if x.shape[1:] == shape:

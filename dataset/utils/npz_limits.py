@@ -54,7 +54,8 @@ def check_npz(path: Path, limits: Optional[Mapping[str, int]] = None) -> Dict[st
                 held = _bytes_after_header(member, info, header_size, claimed)
             if not dtype.hasobject and claimed > held:
                 raise NpzLimitError(f"{path}: member {info.filename} claims an array of shape {shape} and dtype "
-                                    f"{dtype} ({claimed} bytes) but holds {held} bytes; the file is truncated or corrupt")
+                                    f"{dtype} ({claimed} bytes) but holds {held} bytes; the file is truncated or "
+                                    f"corrupt")
             headers[key] = (shape, dtype)
     return headers
 

@@ -114,8 +114,9 @@ class FederatedRun(Checkpoints):
         try:
             lock = RunLock(self.results_file).acquire()
         except OSError as err:
-            raise WriteFailed(f"--results_dir: cannot write the run's lock {display_path(lock_path(self.results_file))} "
-                              f"({err.strerror or err}); free space there or choose a writable folder") from None
+            lock = display_path(lock_path(self.results_file))
+            raise WriteFailed(f"--results_dir: cannot write the run's lock {lock} ({err.strerror or err}); free space "
+                              f"there or choose a writable folder") from None
         try:
             self.check_outputs()
             self.run_rounds()

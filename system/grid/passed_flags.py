@@ -25,7 +25,8 @@ BATCH_OWNED = {
 def passed_flags(settings: Settings) -> List[Tuple[str, List[str]]]:
     """(where they were given, the flags) of every list of main.py flags the batch passes on."""
     places = [("after --", settings.main_flags), ("in the grid's args:", settings.grid_flags)]
-    places += [(f"in the grid's args.{algorithm}:", words(text)) for algorithm, text in settings.algorithm_flags.items()]
+    places += [(f"in the grid's args.{algorithm}:", words(text))
+               for algorithm, text in settings.algorithm_flags.items()]
     return [(where, flags) for where, flags in places if flags]
 
 

@@ -11,8 +11,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
 from reporting.run_checks import run_file_problem
+from utils.accuracy_summary import DEFAULT_LAST_K, AccuracySummary, summary_from_arrays
+from utils.errors import first_line
 from utils.result_utils import read_results
 
 RUN_NAME = re.compile(r"^(?P<dataset>.+)_(?P<algorithm>[^_]+)_(?P<goal>[^_]+)_(?P<run>\d+)$")
@@ -68,7 +69,7 @@ def load_run(path: Path) -> Run:
     try:
         arrays, attrs = read_results(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as err:  # anything h5py meets
-        raise RunFileError(f"unreadable: {_first_line(err)}") from None
+        raise RunFileError(f"unreadable: {first_line(err)}") from None
     problem = run_file_problem(arrays, attrs)
     if problem:
         raise RunFileError(problem)
@@ -125,8 +126,3 @@ def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
             seen[(run.dataset, run.algorithm, run.goal, run.run)] = Path(path)
             kept.append(run)
     return kept, left_out
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from dataset.utils.atomic_io import atomic_path
-from utils.errors import UserError
+from utils.errors import UserError, first_line
 from utils.run_identity import EXECUTION_FLAGS, REPORTING_FLAGS
 
 KEEP = 2
@@ -142,7 +142,7 @@ def load_latest_checkpoint(folder: Path, check: Optional[Callable[[dict], Option
             try:
                 payload = torch.load(path, weights_only=True)
             except Exception as err:  # a matching checksum but an unloadable file: report and go on
-                reason = f"cannot be loaded ({_first_line(err)})"
+                reason = f"cannot be loaded ({first_line(err)})"
         if reason is None and check is not None:
             reason = check(payload)
         if reason is None:
@@ -245,8 +245,3 @@ def _verify(path: Path) -> Optional[str]:
     if hashlib.sha256(path.read_bytes()).hexdigest() != expected:
         return "checksum mismatch (truncated or corrupt)"
     return None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__

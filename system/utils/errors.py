@@ -18,3 +18,9 @@ class ConfigError(UserError, ValueError):
 
 class RunError(UserError, RuntimeError):
     """A run stopped for a reason the user can act on; the message says what to change."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message, or its class name when it has none: a reason that fits in a line."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

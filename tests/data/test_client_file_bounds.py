@@ -89,8 +89,8 @@ def huge_memo(path):
 
 HOSTILE = {
     "lying-stored-entry": (lambda p: lying_entry(p, zipfile.ZIP_STORED), None,
-                           f"claims an array of shape ({CLAIMED_BYTES // 4},) and dtype float32 ({CLAIMED_BYTES} bytes) "
-                           f"but holds 400 bytes"),
+                           f"claims an array of shape ({CLAIMED_BYTES // 4},) and dtype float32 ({CLAIMED_BYTES} "
+                           f"bytes) but holds 400 bytes"),
     "lying-deflated-entry": (lambda p: lying_entry(p, zipfile.ZIP_DEFLATED), None,
                              f"claims an array of shape ({CLAIMED_BYTES // 4},) and dtype float32 ({CLAIMED_BYTES} "
                              f"bytes) but holds 400 bytes"),

@@ -12,7 +12,7 @@ import dataset.utils.generate as generate
 from dataset import generate_Digit5, generate_HAR
 from test_sensor_data import write_har_release
 from test_source_files import run_generator
-from helpers import REPO
+from helpers import REPO, full_disk_from
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -42,25 +42,14 @@ def digit5(tmp_path, capsys, root):
         capsys.readouterr().out
 
 
-def failing_from(call: int, real):
-    calls = []
-
-    def write(path, *args):
-        calls.append(path)
-        if len(calls) >= call:
-            raise OSError(errno.ENOSPC, NO_SPACE, str(path))
-        return real(path, *args)
-    return write
-
-
 @pytest.mark.parametrize("write", ["a client file", "config.json"])
 @pytest.mark.parametrize("generator", [mnist, har, digit5], ids=["MNIST", "HAR", "Digit5"])
 def test_a_full_disk_part_way_through_a_build_is_one_line_and_leaves_nothing(generator, write, tmp_path, capsys,
                                                                             monkeypatch):
     if write == "a client file":
-        monkeypatch.setattr(generate, "write_client_arrays", failing_from(3, generate.write_client_arrays))
+        monkeypatch.setattr(generate, "write_client_arrays", full_disk_from(3, generate.write_client_arrays))
     else:
-        monkeypatch.setattr(generate, "write_config", failing_from(1, generate.write_config))
+        monkeypatch.setattr(generate, "write_config", full_disk_from(1, generate.write_config))
     root = tmp_path / "data"
     code, out = generator(tmp_path, capsys, root)
     lines = out.strip().splitlines()

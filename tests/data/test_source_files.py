@@ -74,7 +74,8 @@ BAD_SOURCES = [
     ("empty", lambda path, x: np.savez(path, x=x[:0], y=labels(0)), "x holds no samples", True),
     ("objects", objects, "x and y must be plain arrays of numbers, not arrays of Python objects (pickled)", True),
     ("58-GiB-header", claiming_58_gib, "member x.npy claims an array of shape (400, 5000, 31000) and dtype uint8 "
-                                       "(62000000000 bytes) but holds 400 bytes; the file is truncated or corrupt", True),
+                                       "(62000000000 bytes) but holds 400 bytes; the file is truncated or corrupt",
+     True),
     ("not-a-zip", lambda path, x: path.write_bytes(b"x" * 100), "is not a readable .npz (File is not a zip file)",
      True),
     ("nan-pixels", arrays(x=np.full((N, 8, 8), np.nan, np.float32)), f"{IMAGE_FORM}; got float32 (400, 8, 8)", False),

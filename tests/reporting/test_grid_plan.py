@@ -110,7 +110,8 @@ def test_a_goal_with_blanks_is_refused_too(goal, capsys):
     assert capsys.readouterr().err.startswith(f"run_all.sh: goal {goal!r} contains the character ")
 
 
-OWNED = [(["--results_dir", "OTHER"], "--results_dir", "--results_dir"), (["--results", "O"], "--results_dir", "--results_dir"),
+OWNED = [(["--results_dir", "OTHER"], "--results_dir", "--results_dir"),
+         (["--results", "O"], "--results_dir", "--results_dir"),
          (["-go", "x"], "-go/--goal", "--goal"), (["--goal=x"], "-go/--goal", "--goal"),
          (["-t", "3"], "-t/--times", "-s/--seeds"), (["-pv", "1"], "-pv/--prev", "-s/--seeds"),
          (["--seed", "3"], "--seed", "-s/--seeds"), (["-gr", "5"], "-gr/--global_rounds", "-r/--rounds"),
@@ -124,9 +125,9 @@ PLACES = ["after --", "in the grid's args:", "in the grid's args.FedAvg:"]
 def batch_with(place: str, flags, tmp_path) -> list:
     """run_all.sh's flags passing ``flags`` to main.py from ``place``."""
     grid = tmp_path / "g.grid"
-    grid.write_text("algorithms: FedAvg FedRep\n" + {"after --": "",
-                                                      "in the grid's args:": f"args: {' '.join(flags)}\n",
-                                                      "in the grid's args.FedAvg:": f"args.FedAvg: {' '.join(flags)}\n"}[place])
+    lines = {"after --": "", "in the grid's args:": f"args: {' '.join(flags)}\n",
+             "in the grid's args.FedAvg:": f"args.FedAvg: {' '.join(flags)}\n"}
+    grid.write_text("algorithms: FedAvg FedRep\n" + lines[place])
     return ["-g", str(grid), "--results_dir", str(tmp_path / "r")] + (["--", *flags] if place == "after --" else [])
 
 
@@ -155,5 +156,5 @@ def test_main_flags_the_batch_does_not_set_pass_through(flags, tmp_path):
 
 def test_flags_main_cannot_read_are_refused_before_anything_runs(tmp_path, capsys):
     assert main(batch_with("after --", ["-lbs", "x"], tmp_path)) == 2
-    assert capsys.readouterr().err == ("run_all.sh: main.py cannot read the flags after -- (argument -lbs/--batch_size: "
-                                       "invalid int value: 'x')\n")
+    assert capsys.readouterr().err == ("run_all.sh: main.py cannot read the flags after -- (argument "
+                                       "-lbs/--batch_size: invalid int value: 'x')\n")

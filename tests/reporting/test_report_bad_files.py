@@ -34,7 +34,8 @@ def set_attr(name, value):
 
 BAD_FILES = {
     "bytes": (replace_dataset("rs_test_acc", np.void(b"0.5 0.6")), "rs_test_acc holds raw bytes, not numbers"),
-    "byte-strings": (replace_dataset("rs_test_acc", np.array([b"0.5", b"0.6"])), "rs_test_acc holds bytes, not numbers"),
+    "byte-strings": (replace_dataset("rs_test_acc", np.array([b"0.5", b"0.6"])),
+                     "rs_test_acc holds bytes, not numbers"),
     "text": (replace_dataset("rs_test_acc", np.array(["0.5", "0.6"], dtype=h5py.string_dtype())),
              "rs_test_acc holds text, not numbers"),
     "one-string": (replace_dataset("rs_test_acc", "0.5"), "rs_test_acc holds bytes, not numbers"),

@@ -4,7 +4,6 @@ import errno
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -15,28 +14,10 @@ import main
 from utils.result_utils import read_results, result_path
 from utils.run_lock import RunLock
 from utils.tensorboard_log import TensorBoardLog
-from helpers import cli, main_command
+from helpers import cli, full_disk_from, main_command
+from test_run_safety import one_error_line
 
 NO_SPACE = f"({os.strerror(errno.ENOSPC)})"
-
-
-def failing_from(call: int, real=None):
-    """A stand-in for a writer: calls ``real`` (when given) until its ``call``-th use, which and every
-    later one fail as a full disk does."""
-    calls = []
-
-    def write(*args, **kwargs):
-        calls.append(args)
-        if len(calls) >= call:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(*args, **kwargs)
-    return write
-
-
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.fixture
@@ -52,15 +33,15 @@ def full_disk_at(monkeypatch, *writes: str) -> None:
     worked), the .h5 and CSV beside it and the lock every time."""
     for write in writes:
         if write == "checkpoint":
-            monkeypatch.setattr(app.checkpoints, "save_checkpoint", failing_from(2, app.checkpoints.save_checkpoint))
+            monkeypatch.setattr(app.checkpoints, "save_checkpoint", full_disk_from(2, app.checkpoints.save_checkpoint))
         elif write == "tensorboard":
-            monkeypatch.setattr(TensorBoardLog, "add_round", failing_from(2, TensorBoardLog.add_round))
+            monkeypatch.setattr(TensorBoardLog, "add_round", full_disk_from(2, TensorBoardLog.add_round))
         elif write == ".h5":
-            monkeypatch.setattr(app.run, "write_results", failing_from(1))
+            monkeypatch.setattr(app.run, "write_results", full_disk_from(1))
         elif write == "csv":
-            monkeypatch.setattr(app.run, "write_run_csv", failing_from(1))
+            monkeypatch.setattr(app.run, "write_run_csv", full_disk_from(1))
         elif write == "lock":
-            monkeypatch.setattr(RunLock, "acquire", failing_from(1))
+            monkeypatch.setattr(RunLock, "acquire", full_disk_from(1))
 
 
 def run(data_dir, results, capsys, *extra):
@@ -139,7 +120,8 @@ def test_a_real_file_size_limit_at_the_first_checkpoint(data_dir, tmp_path):
     def limit_file_size():
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
     done = subprocess.run(main_command(*cli(data_dir, results, "--checkpoint_every", "1")), capture_output=True,
-                          text=True, timeout=120, preexec_fn=limit_file_size, env=dict(os.environ, TMPDIR=str(tmp_path)))
+                          text=True, timeout=120, preexec_fn=limit_file_size,
+                          env=dict(os.environ, TMPDIR=str(tmp_path)))
     h5 = result_path(results, "Toy", "FedAvg", "test", 0)
     assert done.returncode == 2, done.stdout + done.stderr
     line = one_error_line(done.stderr)
