@@ -87,7 +87,7 @@ def load_windows(source, raw_dir) -> Groups:
 
 def main(argv: Sequence[str]) -> int:
     return natural_main(NAME, load_windows, argv, unit="subject", description=__doc__.split("\n\n")[0],
-                        source_help=SOURCE_HELP)
+                        source_help=SOURCE_HELP, inputs="sensor windows")
 
 
 if __name__ == "__main__":

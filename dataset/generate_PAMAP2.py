@@ -135,7 +135,7 @@ def load_windows(source, raw_dir, *, window: int, step: int) -> Groups:
 
 def main(argv: Sequence[str]) -> int:
     return natural_main(NAME, load_windows, argv, unit="subject", description=__doc__.split("\n\n")[0],
-                        source_help=SOURCE_HELP, settings=SETTINGS)
+                        source_help=SOURCE_HELP, settings=SETTINGS, inputs="sensor windows")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def load_roles(source, raw_dir) -> Groups:
 
 def main(argv: Sequence[str]) -> int:
     return natural_main(NAME, load_roles, argv, unit="role", description=__doc__.split("\n\n")[0],
-                        source_help="LEAF JSON file, or a folder of them")
+                        source_help="LEAF JSON file, or a folder of them", inputs="texts")
 
 
 if __name__ == "__main__":

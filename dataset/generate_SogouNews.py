@@ -117,7 +117,8 @@ def load_raw(source, raw_dir, *, vocab_size: int, max_len: int):
 
 
 def main(argv) -> int:
-    return generate_main("SogouNews", load_raw, argv, settings=TEXT_SETTINGS, source_help=SOURCE_HELP)
+    return generate_main("SogouNews", load_raw, argv, settings=TEXT_SETTINGS, source_help=SOURCE_HELP,
+                         inputs="texts")
 
 
 if __name__ == "__main__":

@@ -13,13 +13,15 @@ exit status 2, not a traceback.
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from dataset.utils.client_files import DatasetFileError
+from dataset.utils.feature_groups import add_feature_shift_arguments, feature_shift_from_args, refuse_feature_shift
 from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOptions, already_built,
                                     build_dataset)
+from dataset.utils.naming import feature_shift_word
 from dataset.utils.partition import PARTITIONS, PartitionError
 from dataset.utils.raw_data import RawLoader
 
@@ -69,6 +71,7 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
     parser.add_argument("--label-groups", type=int, default=base.label_groups,
                         help="concept shift: clients i %% G = g > 0 see the labels permuted by group g's "
                              "own fixed permutation (1 = none)")
+    add_feature_shift_arguments(parser)
     parser.add_argument("--source", type=Path, default=None,
                         help=source_help or "build from a local .npz with uint8 'x' and 'y' instead of downloading")
     for setting in settings:
@@ -94,21 +97,27 @@ def options_from_args(args: argparse.Namespace) -> PartitionOptions:
     return PartitionOptions(num_clients=args.num_clients, non_iid=non_iid,
                             balance=args.balance == "balance", partition=scheme, alpha=args.alpha,
                             class_per_client=args.class_per_client, seed=args.seed,
-                            min_samples=args.min_samples, label_groups=args.label_groups)
+                            min_samples=args.min_samples, label_groups=args.label_groups,
+                            **feature_shift_from_args(args, args.num_clients))
 
 
 def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_per_client: int = 2,
          default_min_samples: Optional[int] = None, defaults: Optional[PartitionOptions] = None,
          folder_for: Optional[Callable[[PartitionOptions], str]] = None,
-         settings: Sequence[GeneratorSetting] = (), source_help: Optional[str] = None) -> int:
+         settings: Sequence[GeneratorSetting] = (), source_help: Optional[str] = None,
+         inputs: Optional[str] = None) -> int:
     """Entry point of a generator script; returns the process exit code.
 
     ``defaults`` sets the options' defaults; ``folder_for(options)`` names the folder when ``--name``
     is not given (default: ``name``) and may raise :class:`GenerateError` to demand a ``--name``.
-    ``settings`` are the generator's own options (passed to ``load_raw`` by keyword).
+    ``settings`` are the generator's own options (passed to ``load_raw`` by keyword). ``inputs`` names
+    what a sample is when it is not an image (e.g. ``"texts"``): a feature shift is then refused
+    before anything is read.
     """
     args = parse_args(argv, name, default_class_per_client, default_min_samples, defaults, settings, source_help)
     try:
+        if inputs is not None:
+            refuse_feature_shift(args, name, inputs)
         options = options_from_args(args)
         values = setting_values(args, settings)
         folder = args.name if args.name is not None else (folder_for(options) if folder_for else name)
@@ -153,8 +162,9 @@ def setting_values(args: argparse.Namespace, settings: Sequence[GeneratorSetting
 
 def folder_suggestion(base: str, options: PartitionOptions, default: PartitionOptions) -> str:
     """A folder name for a non-default split, in ``run_all.sh``'s convention: ``<base>-<partition>``,
-    ``-lg<G>`` with concept shift, and ``-nc<N>`` when the client count is not the default one
-    (``Digits-dir0.5-nc10``, ``Digits-iid-lg4-nc40``)."""
+    ``-lg<G>`` with concept shift, the feature shift's word (``-rot<G>``, ``-cor<G>``: see
+    :mod:`dataset.utils.naming`), and ``-nc<N>`` when the client count is not the default one
+    (``Digits-dir0.5-nc10``, ``Digits-iid-lg4-nc40``, ``Digits-iid-rot4``)."""
     token = {"iid": "iid", "pat": f"pat{options.class_per_client}",
              "dir": f"dir{options.alpha:g}", "exdir": f"exdir{options.alpha:g}"}[options.partition]
     same_partition = all(getattr(options, f.name) == getattr(default, f.name) for f in fields(options)
@@ -162,4 +172,7 @@ def folder_suggestion(base: str, options: PartitionOptions, default: PartitionOp
     name = base if same_partition else f"{base}-{token}"
     if options.label_groups != default.label_groups:
         name += f"-lg{options.label_groups}"
+    shift = feature_shift_word(asdict(options))
+    if shift:
+        name += f"-{shift}"
     return name if options.num_clients == default.num_clients else f"{name}-nc{options.num_clients}"

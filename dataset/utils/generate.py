@@ -1,8 +1,9 @@
 """The generation pipeline shared by every ``dataset/generate_<Name>.py`` script.
 
 Raw arrays -> label partition (``partition.py``) -> per-client shuffled 75/25 train/test split ->
-``dataset/<name>/{train,test}/<id>.npz`` + ``config.json``. A folder that already holds the asked split
-is reused (:func:`already_built`); one that holds another split is only replaced with ``--force``.
+the client's feature shift, if any (``feature_groups.py``) -> ``dataset/<name>/{train,test}/<id>.npz`` +
+``config.json``. A folder that already holds the asked split is reused (:func:`already_built`); one
+that holds another split is only replaced with ``--force``.
 
 A generator may add options of its own that change the arrays rather than the split (a text dataset's
 ``--vocab-size`` and ``--max-len``, see :class:`GeneratorSetting`); they are recorded in ``config.json``
@@ -24,8 +25,9 @@ from typing import Iterable, List, Mapping, Optional, Sequence
 import numpy as np
 
 from dataset.utils.atomic_io import create_temp_dir, replace_folder
-from dataset.utils.client_files import (CONFIG_NAME, DatasetFileError, client_file, content_hash,
+from dataset.utils.client_files import (CONFIG_NAME, DatasetFileError, client_file, content_hash, input_kind,
                                         read_client_arrays, read_config, write_client_arrays, write_config)
+from dataset.utils.feature_groups import FeatureShift, FeatureShiftError, feature_shift_of
 from dataset.utils.partition import PFLLIB_BATCH_SIZE, PartitionError, partition, split_train_test
 
 
@@ -43,6 +45,13 @@ class PartitionOptions:
     # Concept shift (clustered FL's label swap): client i is in group i % label_groups, and group g > 0
     # sees every label through its own fixed permutation. Same images, conflicting heads. 1: none.
     label_groups: int = 1
+    # Feature shift (dataset/utils/feature_groups.py): client i's images go through group i % feature_groups'
+    # transform, a quarter-turn rotation or a corruption from ``corruptions`` (one per group, comma-separated)
+    # at ``corruption_severity``. 1 group: none, and the other three keep their defaults.
+    feature_groups: int = 1
+    feature_shift: str = "rotation"
+    corruption_severity: int = 3
+    corruptions: str = ""
 
 
 # What build_dataset writes into a dataset folder; anything else there (e.g. downloaded ``rawdata/``)
@@ -160,6 +169,11 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     out = Path(out)
     y = np.asarray(y, dtype=np.int64)
     num_classes = int(y.max()) + 1 if num_classes is None else num_classes
+    shift = feature_shift_of(options)
+    clients = options.num_clients if parts is None else len(parts)
+    problem = shift and shift.images_problem(x, input_kind(dict(extra_config or {})), clients)
+    if problem:
+        raise FeatureShiftError(problem)
     rng = np.random.default_rng(options.seed)
     if parts is None:
         parts = partition(y, options.num_clients, options.partition, rng, num_classes=num_classes,
@@ -173,7 +187,7 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     out.parent.mkdir(parents=True, exist_ok=True)
     work = create_temp_dir(out.parent, f".{out.name}.building-")
     try:
-        config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps,
+        config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps, shift,
                                 extra_config or {})
         if replace:
             keep = tuple(p.name for p in out.iterdir() if p.name not in LAYOUT) if out.is_dir() else ()
@@ -206,7 +220,7 @@ def label_permutations(groups: int, num_classes: int, seed: int) -> List[np.ndar
 
 def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndarray],
                    rng: np.random.Generator, options: PartitionOptions, source: str, num_classes: int,
-                   label_maps: Sequence[np.ndarray], extra_config: Mapping) -> dict:
+                   label_maps: Sequence[np.ndarray], shift: Optional[FeatureShift], extra_config: Mapping) -> dict:
     """Split each client 75/25, write its two files and, last, ``config.json`` into ``work``."""
     train_sizes: List[int] = []
     test_sizes: List[int] = []
@@ -215,8 +229,11 @@ def _write_clients(work: Path, x: np.ndarray, y: np.ndarray, parts: List[np.ndar
     for client_id, indices in enumerate(terminal_progress(parts, f"writing {source or 'dataset'} clients")):
         train_idx, test_idx = split_train_test(indices, rng)
         label_map = label_maps[client_id % len(label_maps)]
+        noise = shift.noise_stream(client_id) if shift else None
         for split, idx in (("train", train_idx), ("test", test_idx)):
             xs, ys = np.ascontiguousarray(x[idx]), np.ascontiguousarray(label_map[y[idx]])
+            if shift:
+                xs = shift.apply(xs, client_id, noise)
             write_client_arrays(client_file(work, split, client_id), xs, ys)
             hashes[split].append(content_hash(xs, ys))
         train_sizes.append(len(train_idx))

@@ -1,10 +1,18 @@
 """Partition names of dataset folders: ``<Base>-<partition>`` (``MNIST-dir0.1``) and the key and
-label of a split as the generators record it in ``config.json``.
+label of a split as the generators record it in ``config.json``; and the word a feature shift adds to a
+folder name (``MNIST-dir0.1-rot4``, ``Cifar10-iid-cor4``), written and read back.
+
+A feature-shift word is ``rot<G>`` (rotation, G groups) or ``cor<G>`` (corruption, G groups), the
+latter followed by ``s<S>`` when the severity is not the default 3 and by ``+<name>`` for each group
+when the corruptions are not the default list (``cor3s5+none+blur+jpeg``). Corruptions go by short
+names there, with no ``_``, which separates the fields of a result file's name.
 """
 from __future__ import annotations
 
 import re
-from typing import Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
+
+from dataset.utils.feature_groups import CORRUPTION, DEFAULT_CORRUPTIONS, NO_SHIFT, ROTATION
 
 PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)$")
 
@@ -36,3 +44,49 @@ def partition_from_name(name: str) -> Tuple[str, str]:
     number = f"{float(token[len(kind):]):g}" if kind != "pat" else str(int(token[len(kind):]))
     label = {"dir": f"Dir({number})", "exdir": f"ExDir({number})", "pat": f"Pat({number})"}[kind]
     return f"{kind}{number}", label
+
+
+# Each corruption's name in folder names.
+CORRUPTION_WORDS = {"none": "none", "gaussian_noise": "noise", "gaussian_blur": "blur", "contrast": "contrast",
+                    "brightness": "bright", "jpeg": "jpeg", "pixelate": "pixel"}
+_CORRUPTION_OF_WORD = {word: name for name, word in CORRUPTION_WORDS.items()}
+SHIFT_WORD = re.compile(r"^(?:rot(?P<rotations>[0-9]+)|cor(?P<groups>[0-9]+)(?:s(?P<severity>[0-9]+))?"
+                        r"(?P<names>(?:\+[a-z]+)*))$")
+
+
+def feature_shift_word(fields: Mapping[str, object]) -> str:
+    """The folder-name word of the feature shift that PartitionOptions' ``fields`` record ('' for none)."""
+    groups = int(fields.get("feature_groups", 1))
+    if groups == 1:
+        return ""
+    if fields.get("feature_shift", ROTATION) != CORRUPTION:
+        return f"rot{groups}"
+    word = f"cor{groups}"
+    severity = int(fields.get("corruption_severity", NO_SHIFT["corruption_severity"]))
+    if severity != NO_SHIFT["corruption_severity"]:
+        word += f"s{severity}"
+    names = str(fields.get("corruptions") or "")
+    if names and names != ",".join(DEFAULT_CORRUPTIONS[:groups]):
+        word += "".join(f"+{CORRUPTION_WORDS.get(name, name)}" for name in names.split(","))
+    return word
+
+
+def feature_shift_from_word(word: str) -> Optional[Dict[str, object]]:
+    """PartitionOptions' feature-shift fields that a folder-name word spells, or None when it is not one.
+
+    Read as written, not checked: ``cor9`` (more groups than default corruptions) comes back as asked, and
+    the generator that builds it says what is wrong."""
+    match = SHIFT_WORD.match(word)
+    if not match:
+        return None
+    if match.group("rotations"):
+        return dict(NO_SHIFT, feature_groups=int(match.group("rotations")))
+    groups = int(match.group("groups"))
+    words = match.group("names").split("+")[1:]
+    if any(w not in _CORRUPTION_OF_WORD for w in words):
+        return None
+    names = [_CORRUPTION_OF_WORD[w] for w in words] or list(DEFAULT_CORRUPTIONS[:groups])
+    severity = match.group("severity")
+    return dict(NO_SHIFT, feature_groups=groups, feature_shift=CORRUPTION,
+                corruption_severity=int(severity) if severity else NO_SHIFT["corruption_severity"],
+                corruptions=",".join(names) if groups <= len(DEFAULT_CORRUPTIONS) or words else "")

@@ -23,6 +23,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, error_line, output_folder, setting_values
+from dataset.utils.feature_groups import add_feature_shift_arguments, feature_shift_from_args, refuse_feature_shift
 from dataset.utils.generate import GenerateError, GeneratorSetting, PartitionOptions, already_built, build_dataset
 from dataset.utils.partition import PartitionError
 
@@ -72,6 +73,7 @@ def parse_args(argv: Sequence[str], name: str, unit: str, description: str, sour
     parser.add_argument("--min-samples", type=int, default=2,
                         help=f"drop {unit}s with fewer samples (2: one train and one test sample)")
     parser.add_argument("--seed", type=int, default=1, help=f"seed of each {unit}'s train/test split")
+    add_feature_shift_arguments(parser)
     for setting in settings:
         parser.add_argument(setting.flag, type=int, default=setting.default, help=setting.help)
     parser.add_argument("--name", default=name, help="folder to write, i.e. the -data name")
@@ -107,20 +109,24 @@ def consecutive_parts(sizes: Sequence[int]) -> List[np.ndarray]:
 
 
 def main(name: str, load: NaturalLoader, argv: Sequence[str], *, unit: str, description: str,
-         source_help: str, settings: Sequence[GeneratorSetting] = ()) -> int:
+         source_help: str, settings: Sequence[GeneratorSetting] = (), inputs: Optional[str] = None) -> int:
     """Entry point of a natural-split generator; returns the process exit code (2: ``error: ...``).
 
     ``unit`` names a group (``role``, ``subject``): in messages, and in config.json's
-    ``client_<unit>s``, which lists each client's group."""
+    ``client_<unit>s``, which lists each client's group. ``inputs`` names what a sample is when it is
+    not an image (``"sensor windows"``): a feature shift is then refused before anything is read."""
     args = parse_args(argv, name, unit, description, source_help, settings)
     try:
         check_natural(args, name, unit)
+        if inputs is not None:
+            refuse_feature_shift(args, name, inputs)
+        feature_shift_from_args(args)  # checked before the data is read; against the client count below
         values = setting_values(args, settings)
         out = output_folder(args.root, args.name)
         groups = load(args.source, Path(args.root) / name / "rawdata", **values)
         chosen = chosen_groups(groups.sizes, args.num_clients, args.min_samples, unit)
         options = PartitionOptions(num_clients=len(chosen), partition=NATURAL, seed=args.seed,
-                                   min_samples=args.min_samples)
+                                   min_samples=args.min_samples, **feature_shift_from_args(args, len(chosen)))
         if not args.force and already_built(out, options, values):
             return 0
         x, y, inputs = groups.arrays(chosen)

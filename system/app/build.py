@@ -118,6 +118,9 @@ def build_server(config: RunConfig, run: int = 0):
     server_class, spec = resolve(config.algorithm)
     info = dataset_info(config.dataset, config.num_clients + config.num_new_clients, config.data_dir)
     model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
+    problem = batch_size_problem(model, config, info)
+    if problem:
+        raise ConfigError(problem)
     if spec.head_split:
         model = split_head(model)
     problem = memory_problem(model, info, config.num_clients, torch.device(config.device), config.model)
@@ -135,6 +138,20 @@ def build_run(config: RunConfig, run: int = 0) -> FederatedRun:
         if note:
             print(f"note: {note}")
     return federated_run
+
+
+def batch_size_problem(model: torch.nn.Module, config: RunConfig, info: DatasetInfo) -> str:
+    """Why a model that normalises over the minibatch (its ``MIN_BATCH``) cannot train here, or ''.
+    A client with fewer training samples than -lbs trains on one batch of all of them."""
+    need = getattr(model, "MIN_BATCH", 1)
+    if config.batch_size < need:
+        return f"-m {config.model} normalises over each minibatch and needs -lbs {need} or more, got {config.batch_size}"
+    sizes = info.train_samples[:config.num_clients + config.num_new_clients]
+    small = [i for i, n in enumerate(sizes) if n < need]
+    if small:
+        return (f"-m {config.model} needs {need} training samples or more per client, and client {small[0]} of "
+                f"{config.dataset} has {sizes[small[0]]}; choose another -m or dataset")
+    return ""
 
 
 def build_checked_model(name: str, input_shape, num_classes: int, vocab_size=None, max_len=None):

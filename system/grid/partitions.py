@@ -1,9 +1,13 @@
-"""Partition tokens of a grid (``dir0.1``, ``exdir0.5``, ``pat2``, ``iid``, ``-``): the dataset folder
-each names and the generator flags that build it."""
+"""Partition tokens of a grid (``dir0.1``, ``exdir0.5``, ``pat2``, ``iid``, ``-``), optionally followed
+by a concept shift ``-lg<G>`` and a feature shift ``-rot<G>`` / ``-cor<G>...`` (``iid-lg4``,
+``dir0.1-rot4``): the dataset folder each names and the generator flags that build it."""
 from __future__ import annotations
 
 import re
 from typing import List, Optional
+
+from dataset.utils.naming import feature_shift_from_word
+from utils.dataset_hints import feature_shift_flags
 
 # Every partition parameter a batch varies is in the folder name. The default client count names the
 # folder D-P; any other count adds -nc<N>, so runs with two counts never share a folder. A D-P folder
@@ -26,7 +30,24 @@ def folder_name(dataset: str, partition: str, clients: str) -> str:
 
 def generator_flags(partition: str) -> Optional[List[str]]:
     """Positional arguments and options of ``dataset/generate_<D>.py`` for ``partition``, or None when
-    the token is not a partition."""
+    the token is not a partition (each shift at most once, the label shift first, as folder names
+    spell them)."""
+    scheme, *shifts = partition.split("-")
+    flags = scheme_flags(scheme)
+    if flags is None or len(shifts) > 2:
+        return None
+    if shifts and re.fullmatch("lg[0-9]+", shifts[0]):
+        flags += ["--label-groups", shifts.pop(0)[len("lg"):]]
+    if shifts:
+        feature = feature_shift_from_word(shifts.pop(0))
+        if feature is None or feature["feature_groups"] == 1:
+            return None
+        flags += feature_shift_flags(feature)
+    return None if shifts else flags
+
+
+def scheme_flags(partition: str) -> Optional[List[str]]:
+    """The generator flags of a label partition alone (``dir0.1``), or None."""
     if partition == "iid":
         return ["iid", "-", "-"]
     for scheme in ("dir", "exdir"):

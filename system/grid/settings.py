@@ -137,7 +137,8 @@ def check(settings: Settings) -> None:
             check_name(value, kind, UsageError)
     for partition in settings.partitions:
         if partition != "-" and generator_flags(partition) is None:
-            raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid or -)")
+            raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid or -; "
+                             f"then optionally -lg<G> and -rot<G> or -cor<G>)")
 
 
 def algorithm_flags(settings: Settings, algorithm: str) -> List[str]:

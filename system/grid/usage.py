@@ -15,8 +15,9 @@ Grid (a --grid file sets defaults; these flags override it):
   -g, --grid FILE        grid file (default: benchmarks/grids/quick.grid)
   -a, --algorithms LIST  e.g. "FedAvg FedLAG FedRep+LAG"   (lists: spaces or commas)
   -d, --datasets LIST    generator names: Digits MNIST FashionMNIST EMNIST Cifar10 Cifar100
-  -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is);
-                         folder D-P, or D-P-nc<N> when -c N is not 20
+  -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is),
+                         each optionally shifted: -lg<G> (labels), -rot<G> or -cor<G> (images),
+                         e.g. iid-lg4 dir0.1-rot4; folder D-P, or D-P-nc<N> when -c N is not 20
   -s, --seeds LIST       e.g. "0 1 2" or 0-4
   -m, --models LIST      e.g. "CNN DNN"
   -r, --rounds N         -gr of every run

@@ -11,6 +11,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Optional
 
+from dataset.utils.feature_groups import CORRUPTION, DEFAULT_CORRUPTIONS
+from dataset.utils.feature_shift import DEFAULT_SEVERITY
+from dataset.utils.naming import feature_shift_from_word
 from utils.paths import DATASET_DIR, display_path
 
 
@@ -66,6 +69,7 @@ def rebuild_command(folder: Path, split: Mapping, exists: bool = True) -> str:
         words += ["--min-samples", str(split["min_samples"])]
     if split.get("label_groups", 1) != 1:
         words += ["--label-groups", str(split["label_groups"])]
+    words += feature_shift_flags(split)
     settings = split.get("generator_settings")
     for key, value in (settings.items() if isinstance(settings, dict) else ()):
         words += [f"--{key.replace('_', '-')}", str(value)]
@@ -91,8 +95,10 @@ def generator_of(name: str, split: Mapping) -> Optional[str]:
 
 
 def split_from_name(name: str, num_clients: int) -> dict:
-    """Partition parameters a folder name spells in ``run_all.sh``'s convention (``<base>-<partition>``,
-    optionally ``-nc<N>``); the Digits folders hold the default split."""
+    """Partition parameters a folder name spells in ``run_all.sh``'s convention: ``<base>-<partition>``,
+    then optionally ``-lg<G>``, a feature-shift word (``-rot<G>``, ``-cor<G>``...) and ``-nc<N>``, in that
+    order (a name of shifts alone, ``Digits-rot4``, is the generator's default partition shifted); the
+    Digits folders hold the default split."""
     base = generator_of(name, {})
     if base == "Digits":
         digits = digits_generator()
@@ -110,9 +116,16 @@ def split_from_name(name: str, num_clients: int) -> dict:
     words = name[len(base) + 1:].split("-")
     if words and words[-1].startswith("nc") and words[-1][2:].isdigit():
         split["num_clients"] = int(words.pop()[2:])
+    shifted = False
+    if words and feature_shift_from_word(words[-1]) is not None:
+        split.update(feature_shift_from_word(words.pop()))
+        shifted = True
     if words and words[-1].startswith("lg") and words[-1][2:].isdigit():
         split["label_groups"] = int(words.pop()[2:])
+        shifted = True
     token = "-".join(words)
+    if not token and shifted:  # e.g. Digits-rot4: the generator's default partition, shifted
+        split.setdefault("partition", "dir")
     for scheme, key in (("exdir", "alpha"), ("dir", "alpha"), ("pat", "class_per_client"), ("iid", None)):
         if token.startswith(scheme):
             value = token[len(scheme):]
@@ -124,6 +137,24 @@ def split_from_name(name: str, num_clients: int) -> dict:
                 split.update(partition=scheme, class_per_client=int(value))
             break
     return split
+
+
+def feature_shift_flags(split: Mapping) -> list:
+    """The generator flags of the feature shift a config (or a split read off a name) records."""
+    groups = split.get("feature_groups", 1)
+    if groups == 1:
+        return []
+    words = ["--feature-groups", str(groups)]
+    if split.get("feature_shift") != CORRUPTION:
+        return words
+    words += ["--feature-shift", CORRUPTION]
+    severity = split.get("corruption_severity", DEFAULT_SEVERITY)
+    if severity != DEFAULT_SEVERITY:
+        words += ["--severity", str(severity)]
+    corruptions = split.get("corruptions")
+    if corruptions and corruptions != ",".join(DEFAULT_CORRUPTIONS[:groups]):
+        words += ["--corruptions", str(corruptions)]
+    return words
 
 
 def _is_number(text: str) -> bool:

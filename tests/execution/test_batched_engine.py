@@ -156,22 +156,24 @@ def test_plan_draws_exactly_the_batches_of_train_batches():
 
 @pytest.fixture(scope="module")
 def rgb_dir(tmp_path_factory):
-    """Four clients of 8x8 RGB images, for ResNet9 (BatchNorm)."""
+    """Four clients of 8x8 RGB images, for the models with BatchNorm."""
     root = tmp_path_factory.mktemp("rgb")
     x, y = make_images(64, shape=(3, 8, 8), num_classes=3)
     build_dataset(root / "Toy", x, y, PartitionOptions(num_clients=4, partition="dir", alpha=1.0, min_samples=12))
     return root
 
 
-def test_resnet9_batch_statistics_per_client(rgb_dir, tmp_path):
+@pytest.mark.parametrize("model", ["ResNet9", "CNN-BN"])
+def test_batch_statistics_per_client(rgb_dir, tmp_path, model):
     """BatchNorm in train mode normalises each client's batch with its own statistics and updates its own
-    running statistics (stacked buffers under vmap). In float64: ResNet9 on batches of 5 tiny images is
-    chaotic (a 1e-7 change of the starting weights moves some running variances by 1 within 4 steps at
-    -lr 0.05), so float32 rounding differences would hide a real mistake; in float64 the two agree to
-    about 1e-9 after an epoch, while a wrong statistic would differ at once by far more."""
+    running statistics (stacked buffers under vmap; CNN-BN's BatchNorm1d alike). In float64: ResNet9 on
+    batches of 5 tiny images is chaotic (a 1e-7 change of the starting weights moves some running
+    variances by 1 within 4 steps at -lr 0.05), so float32 rounding differences would hide a real
+    mistake; in float64 the two agree to about 1e-9 after an epoch, while a wrong statistic would differ
+    at once by far more."""
     import copy
     from flcore.executors.vmapped import BatchedExecutor
-    server = server_for(rgb_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-m", "ResNet9", "-lr", "0.05",
+    server = server_for(rgb_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-m", model, "-lr", "0.05",
                         "-lbs", "5", "-ls", "1")
     for client in server.clients:
         client.model.double()

@@ -20,7 +20,7 @@ CLIENTS, CLASSES, VOCAB, LENGTH = 2, 3, 50, 12
 # The dataset each model reads: its folder, and one sample's shape.
 IMAGES, SENSOR, VECTORS, TEXTS = "Img", "Sensor", "Vec", "Txt"
 SAMPLES = {IMAGES: (3, 16, 16), SENSOR: (9, 1, 128), VECTORS: (64,), TEXTS: (LENGTH,)}
-NEW_MODELS = ("LeNet", "AlexNet", "GoogleNet", "MobileNet", "ResNet10", "HARCNN", "AmazonMLP", *TEXT_MODELS)
+NEW_MODELS = ("CNN-BN", "LeNet", "AlexNet", "GoogleNet", "MobileNet", "ResNet10", "HARCNN", "AmazonMLP", *TEXT_MODELS)
 
 
 def dataset_of(model: str) -> str:

@@ -50,5 +50,5 @@ def test_resnets_have_batchnorm_buffers():
 
 
 def test_unknown_model_lists_valid_names():
-    with pytest.raises(UnknownModelError, match="CNN, ResNet9"):
+    with pytest.raises(UnknownModelError, match="CNN, CNN-BN, ResNet9"):
         build_model("VGG", (1, 28, 28), 10)

@@ -158,3 +158,33 @@ def test_flags_main_cannot_read_are_refused_before_anything_runs(tmp_path, capsy
     assert main(batch_with("after --", ["-lbs", "x"], tmp_path)) == 2
     assert capsys.readouterr().err == ("run_all.sh: main.py cannot read the flags after -- (argument "
                                        "-lbs/--batch_size: invalid int value: 'x')\n")
+
+
+def test_shifted_partitions_name_their_folders_and_generate_them_with_the_shift(tmp_path, monkeypatch):
+    """``iid-lg2``/``dir0.1-rot4`` partitions: folder D-P[-nc<N>] (as main.py reads the name back), built by
+    the generator with the shift's flags; a shifted folder given as a dataset with ``-`` is used as it is."""
+    import subprocess
+    from dataset import generate_Digits
+    from dataset.utils.command_line import main as generate_main
+    from dataset.utils.client_files import read_config
+    from grid.datasets import build_datasets
+    from utils.dataset_hints import split_from_name
+    flags = ["-c", "6", "-s", "0", "-a", "FedAvg", "--data_dir", str(tmp_path), "--results_dir", str(tmp_path)]
+    as_is = plan_runs(settings_from_flags(["-d", "Digits-iid-cor4", "-p", "-", *flags]))
+    assert as_is.folders == {"Digits-iid-cor4": None} and "Digits-iid-cor4" in as_is.runs[0].main_flags
+    settings = settings_from_flags(["-d", "Digits", "-p", "iid-lg2-rot2", *flags])
+    plan = plan_runs(settings)
+    assert plan.folders == {"Digits-iid-lg2-rot2-nc6": ("Digits", "iid-lg2-rot2")}
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: commands.append(command) or
+                        subprocess.CompletedProcess(command, 0))
+    (tmp_path / "logs").mkdir()
+    build_datasets(settings, plan, ["pending"] * len(plan.runs))
+    argv = commands[0][2:]
+    assert argv[:7] == ["iid", "-", "-", "--label-groups", "2", "--feature-groups", "2"]
+    assert generate_main("Digits", generate_Digits.load_raw, argv, defaults=generate_Digits.DIGITS_DEFAULT) == 0
+    config = read_config(tmp_path / "Digits-iid-lg2-rot2-nc6")
+    expected = split_from_name("Digits-iid-lg2-rot2-nc6", 20)
+    assert {key: config[key] for key in expected} == expected
+    with pytest.raises(UsageError, match="unknown partition 'iid-rot2-lg2'"):
+        settings_from_flags(["-p", "iid-rot2-lg2"])   # the label shift comes first, as in folder names

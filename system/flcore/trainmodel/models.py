@@ -78,19 +78,21 @@ class FedAvgCNN(nn.Module):
     On MNIST (1x28x28) and CIFAR (3x32x32) the layer shapes are PFLlib's (``fc1`` in = 1024 and 1600).
     Inputs smaller than 16 pixels (Digits' 8x8) would vanish under two unpadded 5x5 convolutions, so
     there the convolutions are padded to keep the spatial size. Pooling runs before the ReLU: the
-    two commute exactly, and pooling first makes the ReLU four times cheaper.
+    two commute exactly, and pooling first makes the ReLU four times cheaper. ``batch_norm`` adds the
+    BatchNorm layers of :class:`FedAvgCNNBN`.
     """
 
     SMALL_INPUT = 16
 
-    def __init__(self, input_shape: InputShape, num_classes: int, hidden: int = 512):
+    def __init__(self, input_shape: InputShape, num_classes: int, hidden: int = 512, batch_norm: bool = False):
         super().__init__()
         channels, height, width = input_shape
         pad = 2 if min(height, width) < self.SMALL_INPUT else 0
-        self.conv1 = nn.Sequential(nn.Conv2d(channels, 32, 5, padding=pad), nn.MaxPool2d(2), nn.ReLU())
-        self.conv2 = nn.Sequential(nn.Conv2d(32, 64, 5, padding=pad), nn.MaxPool2d(2), nn.ReLU())
+        self.conv1 = _conv_block(channels, 32, pad, batch_norm)
+        self.conv2 = _conv_block(32, 64, pad, batch_norm)
         self.flatten = nn.Flatten()
-        self.fc1 = nn.Sequential(nn.Linear(flat_size(self._features, input_shape), hidden), nn.ReLU())
+        norm = [nn.BatchNorm1d(hidden)] if batch_norm else []
+        self.fc1 = nn.Sequential(nn.Linear(_probed_in_eval(self, input_shape), hidden), *norm, nn.ReLU())
         self.fc = nn.Linear(hidden, num_classes)
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
@@ -100,6 +102,34 @@ class FedAvgCNN(nn.Module):
         return self.fc(self.fc1(self._features(x)))
 
 
+class FedAvgCNNBN(FedAvgCNN):
+    """FedAvgCNN with a BatchNorm after each convolution and after the hidden linear layer, where the CNN
+    of FedBN's paper (Li et al., ICLR 2021) normalises: ``-m CNN-BN``, for FedBN on small images.
+
+    Training normalises the hidden layer over the minibatch, so a batch needs two samples or more."""
+
+    MIN_BATCH = 2
+
+    def __init__(self, input_shape: InputShape, num_classes: int):
+        super().__init__(input_shape, num_classes, batch_norm=True)
+
+
+def _conv_block(in_channels: int, out_channels: int, pad: int, batch_norm: bool) -> nn.Sequential:
+    """5x5 convolution [-> BatchNorm] -> 2x2 max-pool -> ReLU. The BatchNorm comes straight after the
+    convolution: a negative scale does not commute with the max-pool."""
+    norm = [nn.BatchNorm2d(out_channels)] if batch_norm else []
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 5, padding=pad), *norm, nn.MaxPool2d(2), nn.ReLU())
+
+
+def _probed_in_eval(model: FedAvgCNN, input_shape: InputShape) -> int:
+    """:func:`flat_size` of the model's features, run in eval mode: the probe must not count as a batch of
+    BatchNorm's running statistics (in eval mode it only reads them)."""
+    model.eval()
+    width = flat_size(model._features, input_shape)
+    model.train()
+    return width
+
+
 ModelFactory = Callable[[InputShape, int], nn.Module]
 TextModelFactory = Callable[..., nn.Module]  # (input_shape, num_classes, vocab_size, max_len)
 
@@ -107,6 +137,7 @@ IMAGE_MODELS: Dict[str, ModelFactory] = {
     "MLR": Mclr_Logistic,
     "DNN": DNN,
     "CNN": FedAvgCNN,
+    "CNN-BN": FedAvgCNNBN,
     "ResNet9": resnet9,
     "ResNet10": resnet10,
     "ResNet18": resnet18,
@@ -141,7 +172,7 @@ INPUT_KINDS: Tuple[Tuple[Dict[str, Callable[..., nn.Module]], int, str], ...] = 
 # training and 2x in evaluation for FedAvgCNN; 1.1x to 1.7x per training step for the other image
 # models, GoogleNet gaining most); the format does not change the maths. Only 2-D image convolutions are
 # listed: HARCNN convolves (C, 1, T) windows along one axis, and the other models have no 4-D weights.
-CONVOLUTIONAL = frozenset({"CNN", "ResNet9", "ResNet10", "ResNet18", "ResNet20", "ResNet34",
+CONVOLUTIONAL = frozenset({"CNN", "CNN-BN", "ResNet9", "ResNet10", "ResNet18", "ResNet20", "ResNet34",
                            "LeNet", "AlexNet", "GoogleNet", "MobileNet"})
 
 

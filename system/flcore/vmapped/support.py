@@ -50,7 +50,7 @@ HEAD_THEN_BASE = Recipe(stages=(Stage("head_optimizer", "head_epochs"), Stage("o
 # -m models: "" = supported; otherwise why not. Dropout draws its masks from the global generator
 # in the order the clients run, which a step of all clients at once cannot reproduce.
 MODELS: Dict[str, str] = {
-    "MLR": "", "DNN": "", "CNN": "", "LeNet": "", "HARCNN": "", "AmazonMLP": "", "fastText": "",
+    "MLR": "", "DNN": "", "CNN": "", "CNN-BN": "", "LeNet": "", "HARCNN": "", "AmazonMLP": "", "fastText": "",
     "ResNet9": "", "ResNet10": "", "ResNet18": "", "ResNet20": "", "ResNet34": "",
     "AlexNet": "it has dropout layers",
     "GoogleNet": "it has a dropout layer",
