@@ -1,9 +1,11 @@
 """Clients never seen in training (-nnc, -ften): every algorithm evaluates them, and each gives a newcomer
 what its method implies (the defining part of every group: global model, shared body with a fresh
-personal part, personalised copies, knowledge sharing, FedLAG and X+LAG).
+personal part, personalised copies, the cluster model of lowest loss, knowledge sharing, FedLAG and X+LAG).
 
 Most runs use -ften 0, so a newcomer's model after the run is exactly what it received."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -282,3 +284,21 @@ def test_fedlag_newcomer_takes_the_average_of_the_personal_layers(data_dir, tmp_
     assert state_equal(named_tensors(newcomer.model), named_tensors(server.global_model))
     assert differs_from_every_trained_client(newcomer, server, personal)
 
+
+
+# ----- clustered methods: the cluster model of lowest loss on the newcomer's data ------------------------
+@pytest.mark.parametrize("name,extra", [("IFCA", ("-ncs", "3")),
+                                        ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0"))])
+def test_clustered_methods_give_a_newcomer_the_cluster_model_of_lowest_loss(data_dir, tmp_path, name, extra):
+    server, newcomer, _ = trained_with_newcomer(data_dir, tmp_path, name, "-jr", "1", *extra)
+    assert len(server.cluster_models) > 1
+    losses = []
+    for state in server.cluster_models:
+        probe = copy.deepcopy(newcomer.model)
+        probe.load_state_dict(state)
+        with torch.no_grad():
+            losses.append(float(torch.nn.functional.cross_entropy(probe.eval()(newcomer.train_data.x),
+                                                                  newcomer.train_data.y)))
+    chosen = int(np.argmin(losses))
+    assert newcomer.cluster == chosen
+    assert state_equal(named_tensors(newcomer.model), server.cluster_models[chosen])
