@@ -13,7 +13,7 @@ from flcore.clustering import (SplitRule, bipartition, cosine_matrix, largest_cr
 from flcore.registry import UnknownAlgorithmError, resolve
 from utils.result_utils import read_results
 from helpers import (original_and_restored_twin, play_round, server_for, state_equal, train, train_and_compare,
-                     results_file)
+                     training_loss_of, results_file)
 
 # Every round with at least 3 uploads splits: no warm-up, any mean update is small enough, any client's large.
 ALWAYS_SPLIT = ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")
@@ -99,13 +99,6 @@ def parameter_vector(state, names):
     return torch.cat([state[n].detach().reshape(-1).double() for n in names])
 
 
-def train_loss(client, state):
-    probe = copy.deepcopy(client.model)
-    probe.load_state_dict(state)
-    with torch.no_grad():
-        return float(torch.nn.functional.cross_entropy(probe.eval()(client.train_data.x), client.train_data.y))
-
-
 def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_the_parent(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "CFL", "-jr", "0.5", *ALWAYS_SPLIT)
     parent = copy.deepcopy(server.cluster_models[0])
@@ -133,7 +126,7 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
     # The parent's other clients join the part whose model has the lower loss on their training data.
     for client in server.clients:
         if client.id not in uploaders:
-            losses = [train_loss(client, state) for state in server.cluster_models]
+            losses = [training_loss_of(client, state) for state in server.cluster_models]
             assert server.cluster_of[client.id] == int(np.argmin(losses)), client.id
 
     # Members keep their clusters, and receive their cluster's model, in later rounds.
@@ -176,7 +169,7 @@ def test_the_same_seed_gives_the_same_clusters_on_label_groups(digits_groups_dir
     records = []
     for name in ("first", "second"):
         server = server_for(digits_groups_dir, tmp_path / name, "-algo", "CFL", "-data", "Digits-iid-lg4", "-nc", "8",
-                            "-m", "CNN", "-gr", "2", *ALWAYS_SPLIT)
+                            "-m", "DNN", "-gr", "2", *ALWAYS_SPLIT)
         train(server)
         records.append(read_results(results_file(server)))
     (first, first_attrs), (second, second_attrs) = records

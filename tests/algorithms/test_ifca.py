@@ -14,7 +14,8 @@ from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serverifca import redrawn_state
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import original_and_restored_twin, server_for, state_equal, train, train_and_compare, results_file
+from helpers import (original_and_restored_twin, server_for, state_equal, train, train_and_compare,
+                     training_loss_of, results_file)
 
 
 def test_lowest_loss_takes_the_smallest_ties_to_the_lower_index_and_never_a_nan():
@@ -94,13 +95,7 @@ def test_every_client_is_evaluated_with_the_cluster_it_would_choose_and_the_choi
     server.evaluate()
     chosen = server.history["cluster_of_client"][-1]
     for client in server.clients:
-        losses = []
-        for state in server.cluster_models:
-            probe = copy.deepcopy(client.model)
-            probe.load_state_dict(state)
-            with torch.no_grad():
-                losses.append(float(torch.nn.functional.cross_entropy(probe.eval()(client.train_data.x),
-                                                                      client.train_data.y)))
+        losses = [training_loss_of(client, state) for state in server.cluster_models]
         assert chosen[client.id] == lowest_loss(losses), client.id
         assert state_equal(named_tensors(client.model), server.cluster_models[chosen[client.id]])
     assert len(set(chosen)) > 1  # the check covers more than one cluster
@@ -178,7 +173,7 @@ def test_the_same_seed_gives_the_same_clusters_on_label_groups(digits_groups_dir
     choices = []
     for name in ("first", "second"):
         server = server_for(digits_groups_dir, tmp_path / name, "-algo", "IFCA", "-data", "Digits-iid-lg4", "-nc", "8",
-                            "-m", "CNN", "-gr", "2")
+                            "-m", "DNN", "-gr", "2")
         train(server)
         choices.append(read_results(results_file(server))[0]["cluster_of_client"])
     assert choices[0].shape == (3, 8) and len(set(choices[0][-1])) > 1

@@ -5,8 +5,6 @@ personal part, personalised copies, the cluster model of lowest loss, knowledge 
 Most runs use -ften 0, so a newcomer's model after the run is exactly what it received."""
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -19,7 +17,7 @@ from flcore.training.classvectors import ClassVectors
 from app.build import build_server, hyperparameters, prepare
 from app.options import parse_args
 from utils.result_utils import read_results
-from helpers import cli, method_flags, server_for, state_equal, train, results_file
+from helpers import cli, method_flags, server_for, state_equal, train, training_loss_of, results_file
 
 def snapshot(module: torch.nn.Module) -> dict:
     return {n: t.detach().clone() for n, t in named_tensors(module).items()}
@@ -292,13 +290,6 @@ def test_fedlag_newcomer_takes_the_average_of_the_personal_layers(data_dir, tmp_
 def test_clustered_methods_give_a_newcomer_the_cluster_model_of_lowest_loss(data_dir, tmp_path, name, extra):
     server, newcomer, _ = trained_with_newcomer(data_dir, tmp_path, name, "-jr", "1", *extra)
     assert len(server.cluster_models) > 1
-    losses = []
-    for state in server.cluster_models:
-        probe = copy.deepcopy(newcomer.model)
-        probe.load_state_dict(state)
-        with torch.no_grad():
-            losses.append(float(torch.nn.functional.cross_entropy(probe.eval()(newcomer.train_data.x),
-                                                                  newcomer.train_data.y)))
-    chosen = int(np.argmin(losses))
+    chosen = int(np.argmin([training_loss_of(newcomer, state) for state in server.cluster_models]))
     assert newcomer.cluster == chosen
     assert state_equal(named_tensors(newcomer.model), server.cluster_models[chosen])
