@@ -58,11 +58,14 @@ class AlgorithmFlags:
                              help="IFCA: cluster models, i.e. the number of client groups assumed")
     ifca_share_base: bool = flag("--ifca_share_base", default=False, help=(
         "IFCA's weight sharing: one base averaged over every cluster's clients, a head per cluster"))
-    cfl_eps1: float = flag("--cfl_eps1", default=0.4, help=(
-        "CFL: a cluster may split once the norm of its clients' mean update is below this"))
-    cfl_eps2: float = flag("--cfl_eps2", default=1.6, help=(
-        "CFL: ... and some client's update norm is above this"))
+    cfl_eps1: float = flag("--cfl_eps1", default=0.05, help=(
+        "CFL: a cluster may split once the norm of its clients' mean update is below this (the authors' code: 0.4)"))
+    cfl_eps2: float = flag("--cfl_eps2", default=0.3, help=(
+        "CFL: ... and some client's update norm is above this (the authors' code: 1.6)"))
     cfl_warmup: int = flag("--cfl_warmup", default=20, help="CFL: rounds 0 .. warmup-1 never split")
+    cfl_linkage: str = flag("--cfl_linkage", default="complete", choices=("complete", "single"), help=(
+        "CFL's bipartition: complete linkage (the authors' code) or single linkage (the smallest largest "
+        "similarity across the parts, the paper's stated optimum)"))
 
 
 _SHARED = {f.name: f for f in dataclasses.fields(AlgorithmFlags)}

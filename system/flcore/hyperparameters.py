@@ -163,6 +163,7 @@ class CFLParams(Hyperparameters):
     max_norm_above: float = reads("cfl_eps2", "CFL's eps2, the bound on the largest client update norm",
                                   minimum=0)
     warmup_rounds: int = reads("cfl_warmup", "CFL's rounds without a split", minimum=0)
+    linkage: str = reads("cfl_linkage", "CFL's bipartition linkage")
 
 
 # ----- knowledge sharing ----------------------------------------------------------------------------------

@@ -139,6 +139,16 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
         assert state_equal(named_tensors(client.model), server.cluster_models[assignment[client.id]])
 
 
+@pytest.mark.parametrize("linkage, parts", [("complete", [[0, 1], [2, 3]]), ("single", [[0, 1, 2], [3]])])
+def test_cfl_linkage_chooses_the_bipartition(data_dir, tmp_path, linkage, parts):
+    server = server_for(data_dir, tmp_path, "-algo", "CFL", "--cfl_linkage", linkage)
+    members = [server.clients[i].upload() for i in range(4)]
+    server.split(0, members, CHAIN, mean_norm=0.0, max_norm=1.0)
+    assert server.splits[-1]["uploaders"] == parts
+    assert server.splits[-1]["largest_cross_similarity"] == largest_cross_similarity(CHAIN, *parts)
+    assert server.cluster_of[:4] == [0 if i in parts[0] else 1 for i in range(4)]
+
+
 def test_without_a_split_cfl_is_fedavg_bit_for_bit(data_dir, tmp_path):
     cfl = server_for(data_dir, tmp_path / "cfl", "-algo", "CFL", "-jr", "0.5", "-gr", "2", "--cfl_warmup", "100")
     fedavg = server_for(data_dir, tmp_path / "fedavg", "-algo", "FedAvg", "-jr", "0.5", "-gr", "2")

@@ -9,15 +9,19 @@ bit for bit). A cluster splits when its clients have jointly reached a stationar
 for each of them (:class:`~flcore.clustering.SplitRule`): the norm of the mean update is below
 ``--cfl_eps1``, some client's update norm is above ``--cfl_eps2``, at least 3 clients uploaded, and
 the round is past the ``--cfl_warmup`` rounds. Its uploaders are then cut in two by the cosine
-similarity of their updates, with the bipartition that keeps the largest similarity across the parts
-smallest (complete linkage, :func:`~flcore.clustering.bipartition`). Both children
-start from the parent's model and, as the authors' code does, each moves at once by the mean update of
-its own members (the parent's other clients' updates point elsewhere: that is why it split).
+similarity of their updates (:func:`~flcore.clustering.bipartition`). The authors' code computes the
+paper's optimal bipartition (the one whose largest similarity across the parts is smallest) with
+complete-linkage agglomerative clustering; the two differ: single linkage gives that optimum, complete
+linkage keeps the parts compact instead. ``--cfl_linkage`` chooses; the default is the authors' complete
+linkage. Both children start from the parent's model and, as in the authors' code, each moves
+at once by the mean update of its own members (the parent's other updates point elsewhere: that is why
+it split), so the two differ from the round they are made.
 
-Defaults, measured on ``-data Digits-iid-lg4 -nc 40 -lr 0.05`` (CNN): ``--cfl_eps1 0.4 --cfl_eps2 1.6
---cfl_warmup 20``. The authors' published code uses eps1 = 0.4, eps2 = 1.6 and 20 rounds of warm-up on
-its own model and learning rate; the norms scale with both, so other settings need their own values:
-every cluster's norms of every round are recorded (``cfl_update_norms``) to choose them from.
+Defaults, measured on ``-data Digits-iid-lg4 -nc 40 -lr 0.05`` (CNN, one local epoch): ``--cfl_eps1 0.05
+--cfl_eps2 0.3 --cfl_warmup 20``. The authors' published code uses eps1 = 0.4, eps2 = 1.6 and 20 rounds
+of warm-up with its own model and learning rate; here, past round 20, client update norms stay near
+0.7-0.8, below 1.6, and CFL would stay FedAvg. The norms scale with the model, ``-lr`` and ``-ls``, so other settings need their own
+values: every cluster's norms of every round are recorded (``cfl_update_norms``) to choose them from.
 
 Partial participation (``-jr`` < 1; the paper assumes every client takes part): a client of the
 splitting cluster that did not upload in that round (not selected, dropped, or its update refused)
@@ -95,7 +99,7 @@ class CFL(ClusterModelsServer):
               max_norm: float) -> None:
         """Cut ``cluster`` in two by its uploaders' update similarities; each part's model is the parent's moved
         by its own members' mean update, and the parent's other clients join the part that fits them best."""
-        first, second = bipartition(similarity)
+        first, second = bipartition(similarity, self.hparams.linkage)
         child = len(self.cluster_models)
         self.cluster_models.append({})
         parts = {cluster: [members[i] for i in first], child: [members[i] for i in second]}
