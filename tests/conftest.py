@@ -38,3 +38,10 @@ def data_dir(tmp_path_factory) -> Path:
     x, y = make_images(160, shape=(3, 32, 32), num_classes=3)
     build_dataset(root / "Toy3", x, y, PartitionOptions(num_clients=4, partition="dir", alpha=1.0, min_samples=20))
     return root
+
+
+@pytest.fixture(scope="session")
+def digits_groups_dir(tmp_path_factory) -> Path:
+    """A folder where the embedded Digits is split on first use, e.g. into Digits-iid-lg4 (client i in the
+    label group i % 4)."""
+    return tmp_path_factory.mktemp("digits-groups")

@@ -152,6 +152,16 @@ def method_flags(name: str) -> tuple:
     return METHOD_FLAGS.get(name.removesuffix("+LAG"), ())
 
 
+def training_loss_of(client, state) -> float:
+    """Mean cross-entropy on ``client``'s training data of its model loaded with ``state`` (eval mode),
+    written out with torch alone (what a clustered method's choice of model compares)."""
+    import copy
+    probe = copy.deepcopy(client.model)
+    probe.load_state_dict(state)
+    with torch.no_grad():
+        return float(torch.nn.functional.cross_entropy(probe.eval()(client.train_data.x), client.train_data.y))
+
+
 def upload_current_state(server, clients=None) -> None:
     """Keep, as ``train_clients`` would, the update each client would send in its current state (for
     tests that set a client's state by hand before ``receive_models``)."""

@@ -13,6 +13,9 @@ algorithm gives it::
         prox_weight: float = reads("mu", "FedProx's proximal weight", minimum=0)
 
 Refusals then name the flag: ``-mu/--mu (FedProx's proximal weight) must be >= 0, got -1.0``.
+
+The flags of the project's own algorithms that PFLlib lacks (IFCA's and CFL's) follow PFLlib's in the
+same table, so that their dataclasses read them the same way.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ SOURCE = "source"  # field metadata of a hyper-parameter: the AlgorithmFlags fie
 
 @dataclass(frozen=True)
 class AlgorithmFlags:
-    """PFLlib's shared hyper-parameter flags; their meaning depends on the algorithm."""
+    """PFLlib's shared hyper-parameter flags, whose meaning depends on the algorithm, then the project's own."""
     beta: float = flag("-bt", "--beta", default=0.0,
                        help="pFedMe server mixing, PerAvg second step size, FedNTD loss weight, FedCAC")
     lamda: float = flag("-lam", "--lamda", default=1.0,
@@ -50,6 +53,19 @@ class AlgorithmFlags:
     layer_idx: int = flag("-p", "--layer_idx", default=2, help="FedALA")
     momentum: float = flag("-mo", "--momentum", default=0.1, help="FedDBE")
     kl_weight: float = flag("-klw", "--kl_weight", default=0.0, help="FedDBE")
+    # The clustered-FL baselines' own (not PFLlib's).
+    num_clusters: int = flag("-ncs", "--num_clusters", default=4,
+                             help="IFCA: cluster models, i.e. the number of client groups assumed")
+    ifca_share_base: bool = flag("--ifca_share_base", default=False, help=(
+        "IFCA's weight sharing: one base averaged over every cluster's clients, a head per cluster"))
+    cfl_eps1: float = flag("--cfl_eps1", default=0.05, help=(
+        "CFL: a cluster may split once the norm of its clients' mean update is below this (the authors' code: 0.4)"))
+    cfl_eps2: float = flag("--cfl_eps2", default=0.3, help=(
+        "CFL: ... and some client's update norm is above this (the authors' code: 1.6)"))
+    cfl_warmup: int = flag("--cfl_warmup", default=20, help="CFL: rounds 0 .. warmup-1 never split")
+    cfl_linkage: str = flag("--cfl_linkage", default="complete", choices=("complete", "single"), help=(
+        "CFL's bipartition: complete linkage (the authors' code) or single linkage (the smallest largest "
+        "similarity across the parts, the paper's stated optimum)"))
 
 
 _SHARED = {f.name: f for f in dataclasses.fields(AlgorithmFlags)}

@@ -149,6 +149,23 @@ class FedFomoParams(Hyperparameters):
     models_per_client: int = reads("M", "the number of models each FedFomo client downloads", minimum=1)
 
 
+# ----- clustered ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IFCAParams(Hyperparameters):
+    num_clusters: int = reads("num_clusters", "IFCA's number of cluster models", minimum=1)
+    share_base: bool = reads("ifca_share_base", "IFCA's weight sharing across clusters")
+
+
+@dataclass(frozen=True)
+class CFLParams(Hyperparameters):
+    mean_norm_below: float = reads("cfl_eps1", "CFL's eps1, the bound on the norm of a cluster's mean update",
+                                   above=0)
+    max_norm_above: float = reads("cfl_eps2", "CFL's eps2, the bound on the largest client update norm",
+                                  minimum=0)
+    warmup_rounds: int = reads("cfl_warmup", "CFL's rounds without a split", minimum=0)
+    linkage: str = reads("cfl_linkage", "CFL's bipartition linkage")
+
+
 # ----- knowledge sharing ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FedProtoParams(Hyperparameters):

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Tuple, Type
 
 from flcore.algorithm_flags import Hyperparameters
-from flcore.hyperparameters import (APFLParams, DittoParams, FDParams, FedALAParams, FedAMPParams, FedBABUParams,
-                                    FedCACParams, FedCPParams, FedDBEParams, FedDynParams, FedFomoParams,
-                                    FedGHParams, FedLCParams, FedNTDParams, FedPACParams, FedPHPParams,
-                                    FedProtoParams, FedProxParams, FedRepParams, GPFLParams, MOONParams,
-                                    PerAvgParams, PFedMeParams, SCAFFOLDParams)
+from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams, FedALAParams, FedAMPParams,
+                                    FedBABUParams, FedCACParams, FedCPParams, FedDBEParams, FedDynParams,
+                                    FedFomoParams, FedGHParams, FedLCParams, FedNTDParams, FedPACParams,
+                                    FedPHPParams, FedProtoParams, FedProxParams, FedRepParams, GPFLParams,
+                                    IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -28,6 +28,7 @@ REFERENCE = "reference"
 LAYER_SPLIT = "layer split / personal heads"
 REGULARISED = "regularised / full model"
 PERSONAL_COPIES = "personalised copies"
+CLUSTERED = "clustered"
 KNOWLEDGE_SHARING = "knowledge sharing"
 
 
@@ -40,6 +41,11 @@ class AlgorithmSpec:
     no_lag_reason: str = ""   # why X+LAG is refused (no shared parameters, or LAG already built in)
     # What it reads of PFLlib's shared flags (-mu, -lam ...), under its own names and bounds.
     hyperparameters: Type[Hyperparameters] = Hyperparameters
+
+
+# Why the clustered methods refuse X+LAG.
+CLUSTER_MODELS_ONLY = ("{} already personalises by client cluster, one model per cluster that each client "
+                       "takes whole, so no client keeps layers of its own for LAG to choose")
 
 
 # In the order --help lists them: group by group, as the README's Algorithms table does.
@@ -101,6 +107,10 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             group=PERSONAL_COPIES, hyperparameters=FedAMPParams),
     "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
                              group=PERSONAL_COPIES, hyperparameters=FedFomoParams),
+    "IFCA": AlgorithmSpec("serverifca:IFCA", head_split=True, shares_parameters=True, group=CLUSTERED,
+                          no_lag_reason=CLUSTER_MODELS_ONLY.format("IFCA"), hyperparameters=IFCAParams),
+    "CFL": AlgorithmSpec("servercfl:CFL", head_split=True, shares_parameters=True, group=CLUSTERED,
+                         no_lag_reason=CLUSTER_MODELS_ONLY.format("CFL"), hyperparameters=CFLParams),
     "FedProto": AlgorithmSpec("serverproto:FedProto", head_split=True, shares_parameters=False,
                               group=KNOWLEDGE_SHARING,
                               no_lag_reason="FedProto shares class prototypes, not parameters, so there are "

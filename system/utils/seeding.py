@@ -24,6 +24,16 @@ def sampler_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(_mix(seed, 0))
 
 
+# Streams of the model initialisations an algorithm draws besides the run's model (IFCA's cluster models),
+# far above the client streams (1 + client id) so that no client count reaches them.
+_MODEL_STREAMS = 2**31
+
+
+def model_seed(seed: int, index: int) -> int:
+    """The seed of extra model ``index`` of a run seeded ``seed`` (IFCA's cluster model ``index``)."""
+    return _mix(seed, _MODEL_STREAMS + index)
+
+
 def _mix(seed: int, stream: int) -> int:
     # SeedSequence spreads (seed, stream) over 64 bits so nearby seeds give unrelated streams.
     return int(np.random.SeedSequence([seed % 2**32, stream]).generate_state(1, np.uint64)[0] >> 1)

@@ -1,6 +1,6 @@
 """Clients never seen in training (-nnc, -ften): every algorithm evaluates them, and each gives a newcomer
 what its method implies (the defining part of every group: global model, shared body with a fresh
-personal part, personalised copies, knowledge sharing, FedLAG and X+LAG).
+personal part, personalised copies, the cluster model of lowest loss, knowledge sharing, FedLAG and X+LAG).
 
 Most runs use -ften 0, so a newcomer's model after the run is exactly what it received."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from flcore.training.classvectors import ClassVectors
 from app.build import build_server, hyperparameters, prepare
 from app.options import parse_args
 from utils.result_utils import read_results
-from helpers import cli, method_flags, server_for, state_equal, train, results_file
+from helpers import cli, method_flags, server_for, state_equal, train, training_loss_of, results_file
 
 def snapshot(module: torch.nn.Module) -> dict:
     return {n: t.detach().clone() for n, t in named_tensors(module).items()}
@@ -282,3 +282,14 @@ def test_fedlag_newcomer_takes_the_average_of_the_personal_layers(data_dir, tmp_
     assert state_equal(named_tensors(newcomer.model), named_tensors(server.global_model))
     assert differs_from_every_trained_client(newcomer, server, personal)
 
+
+
+# ----- clustered methods: the cluster model of lowest loss on the newcomer's data ------------------------
+@pytest.mark.parametrize("name,extra", [("IFCA", ("-ncs", "3")),
+                                        ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0"))])
+def test_clustered_methods_give_a_newcomer_the_cluster_model_of_lowest_loss(data_dir, tmp_path, name, extra):
+    server, newcomer, _ = trained_with_newcomer(data_dir, tmp_path, name, "-jr", "1", *extra)
+    assert len(server.cluster_models) > 1
+    chosen = int(np.argmin([training_loss_of(newcomer, state) for state in server.cluster_models]))
+    assert newcomer.cluster == chosen
+    assert state_equal(named_tensors(newcomer.model), server.cluster_models[chosen])

@@ -35,7 +35,8 @@ SUPPORTED = [
     ("FedBABU", ()),
     ("FedRep", ("-pls", "2")), ("FedBN", ()), ("FedProx", ("-mu", "0.1")), ("FedDyn", ()),
     ("FedNTD", ("-bt", "1")), ("FedLC", ()), ("MOON", ("-mu", "1")), ("FedALA", ()), ("FedAS", ()),
-    ("FedCAC", ("-bt", "1")), ("FedGH", ()), ("FedFomo", ()),
+    ("FedCAC", ("-bt", "1")), ("FedGH", ()), ("FedFomo", ()), ("IFCA", ("-ncs", "2")),
+    ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")),
     ("FedRep+LAG", ("--lag_top_k", "2")), ("FedProx+LAG", ("-mu", "0.1")),
 ]
 

@@ -189,20 +189,26 @@ class Server:
 
     def accepts(self, update: ClientUpdate, limit: Optional[float] = None) -> bool:
         """Whether ``update`` may be averaged (:func:`~flcore.exchange.update_problem`: what was shared,
-        finite, a plausible sample count). One that may not is left out of the round, named on stderr and
-        listed in the results (``rejected_updates``): one bad client never poisons the average."""
+        finite, a plausible sample count; then :meth:`extras_problem`). One that may not is left out of the
+        round, named on stderr and listed in the results (``rejected_updates``): one bad client never
+        poisons the average."""
         client = self.clients[update.client_id] if update.client_id < len(self.clients) else None
         if client is None or client.id != update.client_id:
             problem = f"it names client {update.client_id}, which is not in the run"
         else:
             problem = update_problem(update.tensors, self._upload_spec(client), update.num_samples,
-                                     client.train_samples, update.gradients, limit)
+                                     client.train_samples, update.gradients, limit) or self.extras_problem(update)
         if problem is None:
             return True
         self.rejected_updates.append({"round": self.current_round, "client": update.client_id, "reason": problem})
         print(f"warning: round {self.current_round}: the update of client {update.client_id} is left out of the "
               f"average: {problem}", file=sys.stderr)
         return False
+
+    def extras_problem(self, update: ClientUpdate) -> Optional[str]:
+        """Why the algorithm's own part of ``update`` (its ``extras``) cannot be used, or None; an algorithm
+        whose server reads an extra checks it here (IFCA's cluster index)."""
+        return None
 
     def _upload_spec(self, client: Client) -> TensorSpec:
         """The names, shapes and dtypes ``client``'s uploads carry (what it shares), from its own model."""

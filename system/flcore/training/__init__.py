@@ -11,7 +11,9 @@
 * ``classfeatures.py``: per-class feature statistics, i.e. class prototypes, and their pooling on the
   server (FedGH, FedPAC, FedAS);
 * ``classvectors.py``: the per-class vectors FedProto and FD exchange instead of parameters, and
-  their average over the clients that hold each class.
+  their average over the clients that hold each class;
+* ``cluster_choice.py``: a client that takes, among cluster models, the one of lowest loss on its own
+  training data (IFCA, CFL).
 
 Algorithms live in ``flcore/clients/client<x>.py`` and ``flcore/servers/server<x>.py``; parts of
 models (FedCP's and GPFL's extra modules) in ``flcore/trainmodel/``.
