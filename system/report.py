@@ -42,6 +42,7 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
 
 import numpy as np  # noqa: E402
 
+from dataset.utils.one_line import OneLineParser  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from reporting.grouping import Group, group_runs  # noqa: E402
 from reporting.runs import find_runs, load_runs  # noqa: E402
@@ -59,8 +60,9 @@ def safe_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Tables and plots from a folder of run .h5 files.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(description="Tables and plots from a folder of run .h5 files.",
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                      help_command="python system/report.py --help")
     p.add_argument("folders", nargs="*", type=Path, metavar="FOLDER_OR_FILE",
                    help="folders holding .h5 runs, or .h5 files (default: results/)")
     p.add_argument("-o", "--out", type=Path, default=None,

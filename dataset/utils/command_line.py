@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 from dataset.utils.client_files import DatasetFileError
 from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOptions, already_built,
                                     build_dataset)
+from dataset.utils.one_line import OneLineParser
 from dataset.utils.partition import PARTITIONS, PartitionError
 from dataset.utils.raw_data import RawLoader
 
@@ -36,8 +37,8 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
     """PFLlib's positional argv plus named options; ``defaults`` (if given) sets the option defaults,
     ``settings`` adds the generator's own options and ``source_help`` describes its ``--source``."""
     base = defaults or PartitionOptions(class_per_client=default_class_per_client, min_samples=default_min_samples)
-    parser = argparse.ArgumentParser(
-        prog=f"generate_{name}.py",
+    parser = OneLineParser(
+        prog=f"generate_{name}.py", help_command=f"python dataset/generate_{name}.py --help",
         description=f"Partition {name} into per-client train/test files under dataset/<name>/.")
     parser.add_argument("niid", nargs="?", default="noniid",
                         help="'noniid' for a non-IID split, anything else for IID (PFLlib argv[1])")

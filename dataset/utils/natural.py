@@ -24,6 +24,7 @@ import numpy as np
 
 from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, output_folder, setting_values
 from dataset.utils.generate import GenerateError, GeneratorSetting, PartitionOptions, already_built, build_dataset
+from dataset.utils.one_line import OneLineParser
 from dataset.utils.partition import PartitionError
 
 NATURAL = "natural"
@@ -62,7 +63,8 @@ def by_subject(x: np.ndarray, y: np.ndarray, subjects: np.ndarray, num_classes: 
 
 def parse_args(argv: Sequence[str], name: str, unit: str, description: str, source_help: str,
                settings: Sequence[GeneratorSetting] = ()) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"generate_{name}.py", description=description)
+    parser = OneLineParser(prog=f"generate_{name}.py", description=description,
+                           help_command=f"python dataset/generate_{name}.py --help")
     parser.add_argument("niid", nargs="?", default="noniid", help="PFLlib argv[1]: only 'noniid'")
     parser.add_argument("balance", nargs="?", default="-", help="PFLlib argv[2]: only '-'")
     parser.add_argument("partition", nargs="?", default=NATURAL, help=f"PFLlib argv[3]: only '{NATURAL}'")
