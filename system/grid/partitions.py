@@ -1,5 +1,6 @@
-"""Partition tokens of a grid (``dir0.1``, ``exdir0.5``, ``pat2``, ``iid``, ``-``): the dataset folder
-each names and the generator flags that build it."""
+"""Partition tokens of a grid (``dir0.1``, ``exdir0.5``, ``pat2``, ``iid``, ``-``; any of the first four
+with ``-lg<G>`` for concept shift, ``iid-lg4``): the dataset folder each names and the generator flags
+that build it."""
 from __future__ import annotations
 
 import re
@@ -26,7 +27,16 @@ def folder_name(dataset: str, partition: str, clients: str) -> str:
 
 def generator_flags(partition: str) -> Optional[List[str]]:
     """Positional arguments and options of ``dataset/generate_<D>.py`` for ``partition``, or None when
-    the token is not a partition."""
+    the token is not a partition. ``<P>-lg<G>`` is partition P with ``--label-groups G``: client i sees
+    the labels through group i % G's permutation."""
+    grouped = re.fullmatch(r"(.+)-lg([1-9][0-9]*)", partition)
+    if grouped:
+        flags = _scheme_flags(grouped.group(1))
+        return None if flags is None else flags + ["--label-groups", grouped.group(2)]
+    return _scheme_flags(partition)
+
+
+def _scheme_flags(partition: str) -> Optional[List[str]]:
     if partition == "iid":
         return ["iid", "-", "-"]
     for scheme in ("dir", "exdir"):

@@ -129,7 +129,8 @@ def check(settings: Settings) -> None:
             raise UsageError(f"the grid has no {name}")
     for partition in settings.partitions:
         if partition != "-" and generator_flags(partition) is None:
-            raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid or -)")
+            raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid, any of them "
+                             f"with -lg<groups>, or -)")
 
 
 def algorithm_flags(settings: Settings, algorithm: str) -> List[str]:

@@ -16,6 +16,7 @@ Grid (a --grid file sets defaults; these flags override it):
   -a, --algorithms LIST  e.g. "FedAvg FedLAG FedRep+LAG"   (lists: spaces or commas)
   -d, --datasets LIST    generator names: Digits MNIST FashionMNIST EMNIST Cifar10 Cifar100
   -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is);
+                         any with -lg<G>: G label groups (concept shift), e.g. iid-lg4;
                          folder D-P, or D-P-nc<N> when -c N is not 20
   -s, --seeds LIST       e.g. "0 1 2" or 0-4
   -m, --models LIST      e.g. "CNN DNN"
