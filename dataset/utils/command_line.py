@@ -3,7 +3,7 @@
 PFLlib's positional argv is kept (``noniid balance dir``) and named options are added::
 
     python dataset/generate_MNIST.py noniid - dir --num-clients 20 --alpha 0.1 \
-        --source ../shared/data/mnist-70k.npz
+        --source mnist.npz
 
 :func:`main` reads and checks the options, names the output folder, leaves a folder that already holds
 the split as it is, and otherwise loads the raw arrays and builds the dataset with

@@ -101,7 +101,7 @@ def test_run_all_announces_the_rounds_each_run_trains(tmp_path, capsys):
 
 
 # ----- one thread per grid run, in every document that says so -----------------------------------------
-@pytest.mark.parametrize("document", ["results/README.md"])
+@pytest.mark.parametrize("document", ["results/README.md", "docs/batches-and-reports.md"])
 def test_documents_give_each_grid_run_the_launchers_thread_count(document):
     text = " ".join((REPO / document).read_text(encoding="utf-8").split())
     sentence = re.search(r"`-j N`[^.]*?`OMP_NUM_THREADS ?= ?(\d+)`", text)
