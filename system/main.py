@@ -31,6 +31,7 @@ from flcore.registry import lag_base  # noqa: E402
 from utils.accuracy_summary import AccuracySummary  # noqa: E402
 from utils.errors import ConfigError, UserError  # noqa: E402
 from utils.paths import display_path  # noqa: E402
+from utils.rounds import rounds_run  # noqa: E402
 
 # Printed as one line, exit status 2. LagError stands beside UserError because flcore/lag/ imports
 # only torch (it drops into a PFLlib checkout unchanged).
@@ -47,7 +48,7 @@ def run(config: RunConfig) -> None:
     if note:
         print(f"note: {note}")
     print(f"{config.algorithm} | data {config.dataset} | model {config.model} | {config.num_clients} clients "
-          f"x {config.join_ratio} | {config.global_rounds} rounds | device {config.device} | seed {config.seed}")
+          f"x {config.join_ratio} | {rounds_run(config.global_rounds)} | device {config.device} | seed {config.seed}")
     summaries = []
     for i in range(config.prev, config.times):
         print(f"\n=== run {i} (seed {config.seed + i}) ===")

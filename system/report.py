@@ -1,7 +1,8 @@
 """Turn a folder of run files (``.h5``) into the paper-style table and figures::
 
     python system/report.py results/                      # writes results/report/
-    python system/report.py results/ -o my-report --goal quick-CNN --heatmap-scale fraction
+    python system/report.py results/ -o my-report --goal quick --heatmap-scale fraction
+    python system/report.py results/ --include 'Digits-iid-lg4*'      # only the files whose name matches
 
 Runs with the same (dataset, algorithm, goal) are the seeds of one experiment. Written to the output
 folder (default ``<first folder>/report``):
@@ -44,9 +45,10 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
 import numpy as np  # noqa: E402
 
 from dataset.utils.atomic_io import write_text_atomically  # noqa: E402
+from dataset.utils.one_line import OneLineParser  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from reporting.grouping import Group, group_runs  # noqa: E402
-from reporting.runs import find_runs, load_runs  # noqa: E402
+from reporting.runs import Run, find_runs, load_runs  # noqa: E402
 from reporting.statistics import recorded_last_k  # noqa: E402
 from reporting.tables import (SUMMARY_FIELDS, csv_table, markdown_table, models_note,  # noqa: E402
                               not_available_note, personal_frequency, seeds_note, settings_note, shown_statistics,
@@ -61,13 +63,19 @@ def safe_name(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Tables and plots from a folder of run .h5 files.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(description="Tables and plots from a folder of run .h5 files.",
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                      help_command="python system/report.py --help")
     p.add_argument("folders", nargs="*", type=Path, metavar="FOLDER_OR_FILE",
                    help="folders holding .h5 runs, or .h5 files (default: results/)")
     p.add_argument("-o", "--out", type=Path, default=None,
                    help="output folder (default: <first folder, or the first file's folder>/report)")
-    p.add_argument("--goal", action="append", default=None, help="only runs with this goal (repeatable)")
+    p.add_argument("--goal", action="append", default=None,
+                   help="only runs with this goal (-go; run_all.sh's goal G also takes its runs G-<model>) "
+                        "(repeatable)")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="only .h5 files whose name matches this shell pattern, e.g. 'Digits-*_FedLAG_*' "
+                        "(repeatable: a file matching any is taken)")
     p.add_argument("--algorithm", action="append", default=None, help="only this algorithm (repeatable)")
     p.add_argument("--data_dir", type=Path, default=None,
                    help="where dataset folders (config.json) live (default: what each run recorded)")
@@ -205,6 +213,32 @@ def write_outputs(out: Path, groups: List[Group], last_k: int, tables: str, left
     return written
 
 
+def selection_text(args) -> str:
+    """`` matching GLOB, with goal G``: what the flags asked for, for the line saying nothing matched."""
+    parts = [f"matching {' or '.join(args.include)}" if args.include else "",
+             f"with goal {' or '.join(args.goal)}" if args.goal else "",
+             f"of algorithm {' or '.join(args.algorithm)}" if args.algorithm else ""]
+    return "".join(f" {part}" for part in parts if part)
+
+
+def goal_counts(runs: Sequence[Run]) -> Dict[str, int]:
+    """``{goal: runs}``, goals sorted."""
+    counts: Dict[str, int] = {}
+    for run in runs:
+        counts[run.goal] = counts.get(run.goal, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def counts_text(counts: Dict[str, int]) -> str:
+    return ", ".join(f"{goal} ({n} run{'s' if n != 1 else ''})" for goal, n in counts.items())
+
+
+def goals_there(paths: Sequence[Path]) -> str:
+    """`` (there: quick-CNN (8 runs), test (1 run))``: the goals of the complete runs in ``paths``."""
+    counts = goal_counts(load_runs(paths)[0])
+    return f" (there: {counts_text(counts)})" if counts else ""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -217,13 +251,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: no such folder or file: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
     out = args.out or (folders[0] if folders[0].is_dir() else folders[0].parent) / "report"
-    runs, left_out = load_runs(find_runs(folders, args.recursive), goals=args.goal,
-                               include_incomplete=args.include_incomplete)
+    paths = find_runs(folders, args.recursive, args.include)
+    runs, left_out = load_runs(paths, goals=args.goal, include_incomplete=args.include_incomplete)
     if args.algorithm:
         runs = [r for r in runs if r.algorithm in args.algorithm]
     if not runs:
-        print(f"error: no complete runs (.h5) in {', '.join(map(str, folders[:5]))}"
-              + (f" with goal {', '.join(args.goal)}" if args.goal else ""), file=sys.stderr)
+        print(f"error: no complete runs (.h5) in {', '.join(map(str, folders[:5]))}{selection_text(args)}"
+              f"{goals_there(paths) if args.goal or args.algorithm else ''}", file=sys.stderr)
         for path, why in left_out:
             print(f"  left out {path.name}: {why}", file=sys.stderr)
         return 1
@@ -240,6 +274,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(tables)
     for path, why in left_out:
         print(f"left out {path.name}: {why}")
+    mixed = goal_counts(runs)
+    if len(mixed) > 1:  # e.g. a test run beside a grid's: say so, and how to take one
+        print(f"runs of {len(mixed)} goals: {counts_text(mixed)}; --goal NAME or --include GLOB takes some")
     count = 4 + sum(len(v) for v in written.values())
     print(f"{len(runs)} runs in {len(groups)} experiments -> {count} files in {display_path(out)} "
           f"(report.md, table.md, table.csv, summary.csv"

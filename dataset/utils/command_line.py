@@ -3,7 +3,7 @@
 PFLlib's positional argv is kept (``noniid balance dir``) and named options are added::
 
     python dataset/generate_MNIST.py noniid - dir --num-clients 20 --alpha 0.1 \
-        --source ../shared/data/mnist-70k.npz
+        --source mnist.npz
 
 :func:`main` reads and checks the options, names the output folder, leaves a folder that already holds
 the split as it is, and otherwise loads the raw arrays and builds the dataset with
@@ -22,6 +22,7 @@ from dataset.utils.feature_groups import add_feature_shift_arguments, feature_sh
 from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOptions, already_built,
                                     build_dataset)
 from dataset.utils.naming import feature_shift_word
+from dataset.utils.one_line import OneLineParser
 from dataset.utils.partition import PARTITIONS, PartitionError
 from dataset.utils.raw_data import RawLoader
 
@@ -50,8 +51,8 @@ def parse_args(argv: Sequence[str], name: str, default_class_per_client: int,
     """PFLlib's positional argv plus named options; ``defaults`` (if given) sets the option defaults,
     ``settings`` adds the generator's own options and ``source_help`` describes its ``--source``."""
     base = defaults or PartitionOptions(class_per_client=default_class_per_client, min_samples=default_min_samples)
-    parser = argparse.ArgumentParser(
-        prog=f"generate_{name}.py",
+    parser = OneLineParser(
+        prog=f"generate_{name}.py", help_command=f"python dataset/generate_{name}.py --help",
         description=f"Partition {name} into per-client train/test files under dataset/<name>/.")
     parser.add_argument("niid", nargs="?", default="noniid",
                         help="'noniid' for a non-IID split, anything else for IID (PFLlib argv[1])")

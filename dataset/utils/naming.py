@@ -1,6 +1,7 @@
-"""Partition names of dataset folders: ``<Base>-<partition>`` (``MNIST-dir0.1``) and the key and
-label of a split as the generators record it in ``config.json``; and the word a feature shift adds to a
-folder name (``MNIST-dir0.1-rot4``, ``Cifar10-iid-cor4``), written and read back.
+"""Partition names of dataset folders: ``<Base>-<partition>`` (``MNIST-dir0.1``), with ``-lg<G>`` for
+concept shift, a feature-shift word (``-rot4``, ``-cor4``) and ``-nc<N>`` for a client count other than the
+default (``Digits-iid-lg4-nc40``, ``MNIST-dir0.1-rot4``), the key and label of a split as the generators
+record it in ``config.json``, and the feature-shift word itself, written and read back.
 
 A feature-shift word is ``rot<G>`` (rotation, G groups) or ``cor<G>`` (corruption, G groups), the
 latter followed by ``s<S>`` when the severity is not the default 3 and by ``+<name>`` for each group
@@ -14,11 +15,29 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from dataset.utils.feature_groups import CORRUPTION, DEFAULT_CORRUPTIONS, NO_SHIFT, ROTATION
 
-PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)$")
+PARTITION_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<partition>iid|(?:ex)?dir\d*\.?\d+(?:e-?\d+)?|pat\d+)"
+                              r"(?:-lg(?P<groups>\d+))?(?:-(?P<shift>rot\d+|cor\d+[a-z0-9+]*))?(?:-nc\d+)?$")
+
+
+def with_shifts(key: str, label: str, groups: int, shift: str = "") -> Tuple[str, str]:
+    """(key, label) of a split whose clients fall into ``groups`` label groups (concept shift) and carry the
+    feature-shift word ``shift``: ``iid-lg4``, ``IID, 4 label groups``; ``dir0.1-rot4``, ``Dir(0.1), rot4``;
+    unchanged without either."""
+    if groups > 1:
+        key, label = f"{key}-lg{groups}", f"{label}, {groups} label groups"
+    if shift:
+        key, label = f"{key}-{shift}", f"{label}, {shift}"
+    return key, label
 
 
 def partition_from_config(config: Mapping[str, object]) -> Tuple[str, str]:
-    """(key, label) of a dataset ``config.json``: dir0.1 / Dir(0.1), pat2 / Pat(2), iid / IID."""
+    """(key, label) of a dataset ``config.json``: dir0.1 / Dir(0.1), pat2 / Pat(2), iid / IID, and
+    iid-lg4 / IID, 4 label groups under concept shift."""
+    key, label = _scheme_from_config(config)
+    return with_shifts(key, label, int(config.get("label_groups", 1) or 1), feature_shift_word(config))
+
+
+def _scheme_from_config(config: Mapping[str, object]) -> Tuple[str, str]:
     scheme = str(config.get("partition", ""))
     if not config.get("non_iid", True) or scheme in ("iid", "-"):
         return "iid", "IID"
@@ -32,18 +51,20 @@ def partition_from_config(config: Mapping[str, object]) -> Tuple[str, str]:
 
 
 def partition_from_name(name: str) -> Tuple[str, str]:
-    """(key, label) from the naming convention ``<Base>-<partition>`` (``MNIST-dir0.1``), else ("", "")."""
+    """(key, label) from the naming convention ``<Base>-<partition>[-lg<G>][-nc<N>]`` (``MNIST-dir0.1``,
+    ``Digits-iid-lg4-nc40``), else ("", "")."""
     match = PARTITION_SUFFIX.match(name)
     if not match:
         return "", ""
     token = match.group("partition")
     kind = re.match(r"[a-z]*", token).group(0)
+    groups, shift = int(match.group("groups") or 1), match.group("shift") or ""
     if kind == "iid":
-        return "iid", "IID"
+        return with_shifts("iid", "IID", groups, shift)
     # The same key and label as partition_from_config gives for that split (dir1.0 -> dir1, Dir(1)).
     number = f"{float(token[len(kind):]):g}" if kind != "pat" else str(int(token[len(kind):]))
     label = {"dir": f"Dir({number})", "exdir": f"ExDir({number})", "pat": f"Pat({number})"}[kind]
-    return f"{kind}{number}", label
+    return with_shifts(f"{kind}{number}", label, groups, shift)
 
 
 # Each corruption's name in folder names.

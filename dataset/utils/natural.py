@@ -25,6 +25,7 @@ import numpy as np
 from dataset.utils.command_line import DATASET_ROOT, GENERATOR_ERRORS, error_line, output_folder, setting_values
 from dataset.utils.feature_groups import add_feature_shift_arguments, feature_shift_from_args, refuse_feature_shift
 from dataset.utils.generate import GenerateError, GeneratorSetting, PartitionOptions, already_built, build_dataset
+from dataset.utils.one_line import OneLineParser
 from dataset.utils.partition import PartitionError
 
 NATURAL = "natural"
@@ -63,7 +64,8 @@ def by_subject(x: np.ndarray, y: np.ndarray, subjects: np.ndarray, num_classes: 
 
 def parse_args(argv: Sequence[str], name: str, unit: str, description: str, source_help: str,
                settings: Sequence[GeneratorSetting] = ()) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=f"generate_{name}.py", description=description)
+    parser = OneLineParser(prog=f"generate_{name}.py", description=description,
+                           help_command=f"python dataset/generate_{name}.py --help")
     parser.add_argument("niid", nargs="?", default="noniid", help="PFLlib argv[1]: only 'noniid'")
     parser.add_argument("balance", nargs="?", default="-", help="PFLlib argv[2]: only '-'")
     parser.add_argument("partition", nargs="?", default=NATURAL, help=f"PFLlib argv[3]: only '{NATURAL}'")

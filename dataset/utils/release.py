@@ -22,6 +22,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from dataset.utils.client_files import DatasetFileError
+from dataset.utils.one_line import error_reason, shortened
 from dataset.utils.raw_data import DownloadError, removed_on_failure
 
 # What is wrong with a downloaded file (None when nothing is).
@@ -42,7 +43,7 @@ def downloading(what: str, raw_dir: Path, offline: str) -> Iterator[Path]:
             raw_dir.mkdir(parents=True, exist_ok=True)
             yield raw_dir
     except OSError as err:
-        reason = " ".join(str(getattr(err, "reason", None) or err).split())[:200]
+        reason = error_reason(err)
         raise DownloadError(f"could not download {what} ({reason}); pass --source to {offline}") from None
 
 
@@ -147,7 +148,7 @@ class ReleaseFiles:
             try:
                 table = np.loadtxt(fh, dtype=dtype, ndmin=2)
             except ValueError as err:
-                reason = str(err).splitlines()[0][:200]
+                reason = shortened(str(err).splitlines()[0])
                 raise DatasetFileError(f"{self.where(relative)} is not a table of numbers ({reason}); "
                                        f"expected {self.what}") from None
         if not table.size:

@@ -14,6 +14,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dataset.utils.one_line import error_reason
 from dataset.utils.raw_data import (SOURCE_HINT, DownloadError, RawLoader, images_to_float, load_source_npz,
                                     removed_on_failure)
 
@@ -33,7 +34,7 @@ def download_splits(name: str, open_split: SplitOpener, raw_dir: Path, hint: str
         with removed_on_failure(raw_dir):
             return [open_split(str(raw_dir), split) for split in splits]
     except (OSError, RuntimeError) as err:
-        reason = " ".join(str(getattr(err, "reason", None) or err).split())[:200]
+        reason = error_reason(err)
         raise DownloadError(f"could not download {name} ({reason}); {hint}") from None
 
 

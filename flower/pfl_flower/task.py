@@ -170,10 +170,11 @@ def project_config(context: Context, repo: Path):
         with contextlib.redirect_stderr(refused):
             parsed = parse_args(argv)
     except SystemExit:
-        # argparse printed its usage and "main.py: error: <what>" to stderr; keep <what>, in run-config terms.
+        # The parser printed "error: <what> (<help hint>)" to stderr; keep <what>, in run-config terms.
+        from dataset.utils.one_line import refusal
         from utils.errors import ConfigError
         lines = refused.getvalue().strip().splitlines() or ["invalid value"]
-        what = lines[-1].split("error: ", 1)[-1]
+        what = refusal(lines[-1])
         raise ConfigError(f"run config: {in_run_config_terms(what)}; set it in [tool.flwr.app.config] or with "
                           "flwr run -c 'key=value'") from None
     try:

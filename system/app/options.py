@@ -21,6 +21,7 @@ import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from app.config import RunConfig
+from dataset.utils.one_line import OneLineParser
 from flcore.lag.flagfields import add_arguments
 from flcore.registry import lag_base
 from flcore.trainmodel.models import MODELS, UnknownModelError
@@ -41,16 +42,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
-def build_parser(parser_class: type = argparse.ArgumentParser) -> argparse.ArgumentParser:
+def build_parser(parser_class: type = OneLineParser) -> argparse.ArgumentParser:
     """The command line, made from :class:`~app.config.RunConfig`'s field declarations."""
     parser = parser_class(
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
-        formatter_class=HelpFormatter)
+        formatter_class=HelpFormatter, help_command="python system/main.py --help")
     add_arguments(parser, RunConfig)
     return parser
 
 
-class _ReadingParser(argparse.ArgumentParser):
+class _ReadingParser(OneLineParser):
     """main.py's parser used to read flags, not to run: what would make main.py stop (a bad value, or
     ``-h``) raises ``ValueError`` with argparse's message, and nothing is printed."""
 
@@ -89,8 +90,8 @@ def check_model_name(name: str) -> None:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> RunConfig:
-    """The flags of ``argv`` as a :class:`RunConfig`; every value its declarations refuse stops here, with
-    argparse's usage line and the flags named (exit status 2)."""
+    """The flags of ``argv`` as a :class:`RunConfig`; every value its declarations refuse stops here, in
+    one line naming the flags (exit status 2)."""
     parser = build_parser()
     config = RunConfig.from_namespace(parser.parse_args(argv))
     problems = config.problems()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List
 
 from utils.paths import REPO_ROOT
+from utils.rounds import rounds_run
 
 from grid.console import say, warn
 from grid.datasets import build_datasets
@@ -50,8 +51,8 @@ def run_batch(settings: Settings, plan: Plan) -> BatchResult:
 
 def announce(settings: Settings, plan: Plan) -> None:
     say(f"{PROGRESS} {len(plan.runs)} runs = {len(settings.algorithms)} algorithms x {len(plan.folders)} "
-        f"dataset folders x {len(settings.models)} models x {len(settings.seeds)} seeds | {settings.rounds} "
-        f"rounds, {settings.clients} clients, jr {settings.join_ratio} | goal {settings.goal} | "
+        f"dataset folders x {len(settings.models)} models x {len(settings.seeds)} seeds | -gr {settings.rounds}: "
+        f"{rounds_run(int(settings.rounds))}, {settings.clients} clients, jr {settings.join_ratio} | goal {settings.goal} | "
         f"{settings.jobs} at once")
     say(f"{PROGRESS} datasets in {settings.data_dir}, results in {settings.results_dir}, "
         f"logs in {settings.logs_dir}")

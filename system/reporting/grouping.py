@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from dataset.utils.naming import PARTITION_SUFFIX, partition_from_config, partition_from_name
+from flcore.flag_use import unused_flags
 from flcore.registry import lag_base
 from reporting.runs import Run
 from reporting.statistics import ALL_STATISTICS
@@ -156,11 +157,18 @@ def _value_key(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def run_settings(run: Run) -> Dict[str, object]:
+    """The settings of ``run`` that could have changed its results: its recorded flags less execution
+    flags and the flags its algorithm does not read (``--lag_warmup`` of a FedAvg run, ``-mu`` of FedLAG's)."""
+    unused = unused_flags(run.algorithm, run.config)
+    return {k: v for k, v in run.config.items() if k not in NOT_SETTINGS and k not in unused}
+
+
 def common_settings(runs: Sequence[Run]) -> Dict[str, object]:
-    """The flags that every run in ``runs`` recorded with the same value (execution flags left out)."""
+    """The settings (:func:`run_settings`) that every run in ``runs`` has, with the same value."""
     common: Optional[Dict[str, object]] = None
     for run in runs:
-        mine = {k: v for k, v in run.config.items() if k not in NOT_SETTINGS}
+        mine = run_settings(run)
         if common is None:
             common = mine
         else:
@@ -194,6 +202,6 @@ def settings_text(settings: Mapping[str, object], keys: Sequence[str]) -> str:
 
 def varying_within(runs: Sequence[Run]) -> List[str]:
     """Flags whose value differs between runs that the table averages as seeds of one experiment."""
-    configs = [{k: v for k, v in r.config.items() if k not in NOT_SETTINGS} for r in runs]
+    configs = [run_settings(r) for r in runs]
     keys = set().union(*configs) if configs else set()
     return sorted(k for k in keys if len({_value_key(c.get(k)) for c in configs}) > 1)

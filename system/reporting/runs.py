@@ -4,6 +4,7 @@ A run is one ``.h5``; runs with the same (dataset, algorithm, goal) are seeds of
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,9 @@ def load_run(path: Path) -> Run:
                config=config, arrays=arrays)
 
 
-def find_runs(places: Sequence[Path], recursive: bool = False) -> List[Path]:
-    """The ``.h5`` files in folders ``places`` (sub-folders too with ``recursive``); files are taken as given."""
+def find_runs(places: Sequence[Path], recursive: bool = False, include: Sequence[str] = ()) -> List[Path]:
+    """The ``.h5`` files in folders ``places`` (sub-folders too with ``recursive``); files are taken as given.
+    ``include``: shell patterns, of which a file's name must match one (``Digits-*_FedLAG_*``); none: all."""
     pattern = "**/*.h5" if recursive else "*.h5"
     found = set()
     for place in map(Path, places):
@@ -94,7 +96,16 @@ def find_runs(places: Sequence[Path], recursive: bool = False) -> List[Path]:
             found.add(place)
         else:
             found.update(p for p in place.glob(pattern) if not p.name.startswith("."))
+    if include:
+        found = {p for p in found if any(fnmatch.fnmatchcase(p.name, glob) for glob in include)}
     return sorted(found)
+
+
+def goal_wanted(run: Run, goals: Sequence[str]) -> bool:
+    """Whether ``run``'s goal is one of ``goals``; ``run_all.sh`` writes goal G as ``G-<model>``
+    (``quick-CNN``), so ``quick`` takes those runs too."""
+    model = run.config.get("model")
+    return any(run.goal == goal or (model is not None and run.goal == f"{goal}-{model}") for goal in goals)
 
 
 def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
@@ -113,7 +124,7 @@ def load_runs(paths: Sequence[Path], goals: Optional[Sequence[str]] = None,
             if not (goals and named and named.group("goal") not in goals):
                 left_out.append((Path(path), str(err)))
             continue
-        if goals and run.goal not in goals:
+        if goals and not goal_wanted(run, goals):
             continue
         if not run.complete and not include_incomplete:
             left_out.append((Path(path), f"incomplete (stopped after {len(run.accuracy)} evaluations)"))

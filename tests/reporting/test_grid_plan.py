@@ -53,7 +53,7 @@ def test_bad_values_are_refused_before_anything_runs(flags, message, capsys):
 
 def test_summary_counts_each_outcome_and_sets_the_exit_status(tmp_path):
     settings = settings_from_flags(["-a", "A B C D E F", "-d", "Digits", "-p", "dir0.1", "-s", "0", "-m", "DNN",
-                                    "--timeout", "9", "--results_dir", str(tmp_path)])
+                                    "-c", "20", "--timeout", "9", "--results_dir", str(tmp_path)])
     plan = plan_runs(settings)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / plan.runs[2].log_name).write_text("training\nerror: it broke\n\n")

@@ -304,7 +304,8 @@ def test_last_k_can_be_chosen_and_names_itself(old_and_new, tmp_path):
 
 def test_the_report_k_is_the_one_the_runs_agree_on():
     def runs(*values):
-        return [SimpleNamespace(config={} if v is None else {"report_last_k": v}) for v in values]
+        return [SimpleNamespace(algorithm="FedAvg", config={} if v is None else {"report_last_k": v})
+                for v in values]
     assert recorded_last_k(runs(None, 3, 3)) == 3        # runs from before the flag have no preference
     assert recorded_last_k(runs(3, 5)) == 10              # disagreeing: the default, named in the caption
     assert recorded_last_k(runs(None)) == 10

@@ -245,6 +245,7 @@ def test_redirected_output_has_one_line_per_round_and_says_when_it_partitions(tm
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("first use of Digits: partitioning it into 20 clients")
+    assert "| rounds 0..1 (2 rounds) |" in lines[1]   # -gr 1 trains two rounds, and the header says so
     assert len([line for line in lines if line.startswith("round ")]) == 2
     assert "train " not in proc.stdout and "\r" not in proc.stdout and proc.stderr == ""
 

@@ -8,17 +8,27 @@ and ``conflict.py``, so ``lag/`` can be copied into a PFLlib checkout unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import FrozenSet, List, Optional
 
 from .conflict import GRANULARITIES
 from .flagfields import add_arguments, field_problems, flag, read_namespace
 
 SCHEDULES = ("smoothed", "every_round", "warmup")
 SIGNALS = ("delta", "last_batch")
+# The flags (by dest) that only one schedule reads; every other --lag_* flag applies to all three.
+SCHEDULE_ONLY_FLAGS = {"smoothed": ("lag_decay", "lag_margin"), "every_round": (), "warmup": ("lag_warmup",)}
 
 
 class LagError(ValueError):
     """FedLAG cannot be applied as configured; the message says why."""
+
+
+def unused_by_schedule(schedule: str) -> FrozenSet[str]:
+    """The ``--lag_*`` flags (by dest) that ``schedule`` does not read: those of the other schedules.
+    None for a schedule this version does not know (any flag may matter to it)."""
+    if schedule not in SCHEDULE_ONLY_FLAGS:
+        return frozenset()
+    return frozenset(dest for other, dests in SCHEDULE_ONLY_FLAGS.items() if other != schedule for dest in dests)
 
 
 def default_warmup(global_rounds: int) -> int:

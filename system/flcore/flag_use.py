@@ -1,0 +1,52 @@
+"""Which of a run's recorded flags its algorithm reads.
+
+A run records every flag (the ``.h5``'s ``config``): PFLlib's shared hyper-parameters (``-mu``, ``-lam``
+...) and FedLAG's ``--lag_*`` flags too, whatever the algorithm. Most of them change nothing for a given
+algorithm: FedAvg reads neither ``-mu`` nor ``--lag_warmup``, and FedLAG's default schedule does not read
+``--lag_warmup`` either. The reports name only flags that could have changed a result.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import FrozenSet, Mapping
+
+from flcore.algorithm_flags import SOURCE, AlgorithmFlags
+from flcore.lag.flagfields import FLAG, flag_fields
+from flcore.lag.settings import LagSettings, unused_by_schedule
+from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base
+
+SHARED_HYPERPARAMETERS = frozenset(spec.dest for _, spec in flag_fields(AlgorithmFlags))
+LAG_FLAGS = frozenset(spec.dest for _, spec in flag_fields(LagSettings))
+
+
+def reads_lag_flags(algorithm: str) -> bool:
+    """FedLAG and every ``X+LAG`` read the ``--lag_*`` flags; no other algorithm does."""
+    return algorithm == "FedLAG" or algorithm.endswith(LAG_SUFFIX)
+
+
+def shared_flags_read(algorithm: str) -> FrozenSet[str]:
+    """The shared hyper-parameters (their ``dest``, e.g. ``mu``) that ``algorithm`` (or X, for ``X+LAG``)
+    reads through its hyper-parameter dataclass."""
+    declared = ALGORITHMS[lag_base(algorithm)].hyperparameters
+    fields = (f.metadata[SOURCE] for f in dataclasses.fields(declared))
+    return frozenset(_shared_dest(name) for name in fields)
+
+
+def _shared_dest(field_name: str) -> str:
+    field = next(f for f in dataclasses.fields(AlgorithmFlags) if f.name == field_name)
+    return field.metadata[FLAG].dest
+
+
+def unused_flags(algorithm: str, config: Mapping[str, object]) -> FrozenSet[str]:
+    """The keys of ``config`` (a run's recorded flags) that cannot change the results of ``algorithm``:
+    the shared hyper-parameters it does not read, the ``--lag_*`` flags of a method without LAG, and
+    those of LAG schedules other than the recorded ``lag_schedule``. Nothing for an algorithm this
+    checkout does not know (e.g. a file from PFLlib): any flag may matter to it."""
+    if lag_base(algorithm) not in ALGORITHMS:
+        return frozenset()
+    unused = SHARED_HYPERPARAMETERS - shared_flags_read(algorithm)
+    if reads_lag_flags(algorithm):
+        unused |= unused_by_schedule(str(config.get("lag_schedule", "")))
+    else:
+        unused |= LAG_FLAGS
+    return frozenset(unused & set(config))
