@@ -8,13 +8,18 @@
    column views). The issue's bar: 100 clients x 1M parameters well under a second on this CPU.
 2. Gram matrix vs a Python loop over client pairs (the authors' ``pair_cos``), same inputs, as a ratio.
 3. With ``--round-share``: one FedLAG round on MNIST (20 clients, CNN, batch 10) with the mixin's hooks
-   timed, as a fraction of the whole round.
+   timed, as a fraction of the whole round. ``--groups`` runs it with ``--lag_share groups`` (scoring,
+   profiles, grouping and the averages within groups), and ``--data`` / ``--clients`` another split, e.g.
+   ``--data Digits-iid-lg4 --clients 40 --groups`` (the embedded concept shift, where a round is shortest).
+4. With ``--groups``: the grouping alone (profiles of a FedAvgCNN head, average linkage) against the
+   number of clients.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -95,12 +100,31 @@ def gram_vs_loop() -> None:
           f"({t_loop / t_gram:.0f}x slower), same scores: {same}")
 
 
-def round_share() -> None:
+def grouping_scaling() -> None:
+    from flcore.lag.groups import MIN_UPLOADS, UpdateProfiles
+    print(f"\ngrouping per round, a FedAvgCNN head (5,130 values), every client uploading (best of 3)")
+    print(f"{'clients':>8}{'seconds':>10}")
+    for clients in (20, 100, 500):
+        g = torch.Generator().manual_seed(0)
+        profiles = UpdateProfiles(clients, above=0.1)
+        for _ in range(MIN_UPLOADS):
+            profiles.observe({0: torch.randn(clients, 5130, generator=g)}, range(clients), personal=(0,))
+        updates = torch.randn(clients, 5130, generator=g)
+
+        def one_round():
+            profiles.observe({0: updates}, range(clients), personal=(0,))
+            profiles.groups(0)
+        print(f"{clients:>8}{best_time(one_round):>10.4f}")
+
+
+def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False) -> None:
     from app.build import build_server, prepare
     from app.run import FederatedRun
     from app.options import parse_args
-    config, _ = prepare(parse_args(["-algo", "FedLAG", "-data", "MNIST", "-m", "CNN", "-gr", "0", "-dev", "cpu",
-                                    "-go", "bench"]))
+    flags = ["-algo", "FedLAG", "-data", data, "-nc", str(clients), "-m", "CNN", "-gr", "2", "-dev", "cpu",
+             "--threads", str(torch.get_num_threads()),
+             "-go", "bench", "--results_dir", tempfile.mkdtemp()]
+    config, _ = prepare(parse_args(flags + (["--lag_share", "groups"] if groups else [])))
     server = build_server(config)
     from flcore.servers.serverbase import Server
     timings = {}
@@ -115,29 +139,38 @@ def round_share() -> None:
     # Time the mixin's hooks and, separately, the base hooks they wrap.
     server.send_models = timed("send (with LAG)", server.send_models)
     server.receive_models = timed("receive (with LAG)", server.receive_models)
-    base_send, base_receive = Server.send_models, Server.receive_models
-    Server.send_models = timed("send (base)", base_send)
-    Server.receive_models = timed("receive (base)", base_receive)
+    server.aggregate_parameters = timed("aggregate (with LAG)", server.aggregate_parameters)
+    base = Server.send_models, Server.receive_models, Server.aggregate_parameters
+    Server.send_models = timed("send (base)", base[0])
+    Server.receive_models = timed("receive (base)", base[1])
+    Server.aggregate_parameters = timed("aggregate (base)", base[2])
     try:
         start = time.perf_counter()
         FederatedRun(server).execute()
         total = time.perf_counter() - start
     finally:
-        Server.send_models, Server.receive_models = base_send, base_receive
-    lag = (timings["send (with LAG)"] - timings["send (base)"]) + \
-          (timings["receive (with LAG)"] - timings["receive (base)"])
-    print(f"\nFedLAG round on MNIST/CNN, 20 clients: round {total:.2f} s, LAG overhead {lag:.3f} s "
-          f"({lag / total:.2%} of the round)")
+        Server.send_models, Server.receive_models, Server.aggregate_parameters = base
+    lag = sum(timings[f"{hook} (with LAG)"] - timings[f"{hook} (base)"] for hook in ("send", "receive", "aggregate"))
+    rounds = config.global_rounds + 1
+    print(f"\nFedLAG{' --lag_share groups' if groups else ''} on {data}/CNN, {clients} clients, {rounds} rounds: "
+          f"{total / rounds:.2f} s a round, LAG {lag / rounds:.4f} s a round ({lag / total:.2%} of the run)")
 
 
 def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--round-share", action="store_true")
+    cli.add_argument("--groups", action="store_true", help="--lag_share groups: its cost and the grouping's scaling")
+    cli.add_argument("--data", default="MNIST")
+    cli.add_argument("--clients", type=int, default=20)
+    cli.add_argument("--threads", type=int, default=1, help="intra-op threads (ratios on a shared machine: 1)")
     opts = cli.parse_args()
+    torch.set_num_threads(opts.threads)
     scaling()
     gram_vs_loop()
+    if opts.groups:
+        grouping_scaling()
     if opts.round_share:
-        round_share()
+        round_share(opts.data, opts.clients, opts.groups)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def overview_panels(panels: Dict[str, Dict[str, object]], limit: int) -> Tuple[D
 def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
     from reporting import plots
     rows, columns, cells = table_layout(groups)
-    written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "personal": []}
+    written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "groups": [], "personal": []}
     panels = {}
     for column in columns:
         curves = {r.label: cells[(r, column)].curve() for r in rows if (r, column) in cells}
@@ -161,6 +161,7 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
             plots.plot_conflict_heatmap([str(n) for n in a["lag_layer_names"]], a["lag_conflict_scores"], title,
                                         path, personal=a.get("lag_personal"), uploads=uploads, normalise=normalise)
             written["heatmaps"].append(path)
+            written["groups"] += group_plots(run, label, out)
         names, mean, std = personal_frequency(with_scores)
         title = (f"How often each layer was personal: {label}\n"
                  f"(mean ± std over {len(with_scores)} run(s), K = {with_scores[0].config.get('lag_top_k', '?')})")
@@ -168,6 +169,25 @@ def make_plots(groups: List[Group], out: Path, args) -> Dict[str, List[Path]]:
         plots.plot_personal_frequency(names, mean, std, title, path)
         written["personal"].append(path)
     return written
+
+
+def group_plots(run, label: str, out: Path) -> List[Path]:
+    """For a run with ``--lag_share groups``: each client's group over the rounds, one figure per layer that
+    was ever personal (``lag_groups``)."""
+    from reporting import plots
+    groups = run.arrays.get("lag_groups")
+    if groups is None or np.asarray(groups).ndim != 3:
+        return []
+    groups = np.asarray(groups)
+    paths = []
+    for layer, name in enumerate(str(n) for n in run.arrays["lag_layer_names"]):
+        if not (groups[:, layer] >= 0).any():
+            continue
+        path = out / f"groups_{safe_name(run.path.stem)}_{safe_name(name)}.png"
+        title = f"Clients sharing {name} within groups: {label}\n(run {run.run}, seed {run.config.get('seed', '?')})"
+        plots.plot_client_groups(groups[:, layer], name, title, path)
+        paths.append(path)
+    return paths
 
 
 def tables_markdown(groups: List[Group], last_k: Optional[int] = None) -> str:
@@ -193,7 +213,7 @@ def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[P
     if left_out:
         lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
     sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
-                ("Personalisation frequency", "personal"))
+                ("Groups sharing a personal layer", "groups"), ("Personalisation frequency", "personal"))
     for heading, key in sections:
         if written.get(key):
             lines += [f"## {heading}", ""] + [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in written[key]]

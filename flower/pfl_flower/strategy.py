@@ -55,6 +55,8 @@ class FedLagStrategy(FedAvg):
         self.eval_gap = max(int(eval_gap), 1)
         if settings.signal != "delta":
             raise ValueError("the Flower app scores the update theta_after - theta_start (--lag_signal delta)")
+        if settings.share != "own":
+            raise ValueError("the Flower app keeps every personal layer on its own node (--lag_share own)")
         self.lag = settings
         # The layer choice is the same object LayerConflictMixin uses: same rule, same history.
         self.selector = LayerSelector(settings, build_layers(list(parameter_names), settings.granularity))

@@ -195,6 +195,37 @@ def plot_conflict_heatmap(layer_names: Sequence[str], scores: np.ndarray, title:
     return _save(fig, path)
 
 
+def plot_client_groups(groups: np.ndarray, layer_name: str, title: str, path: Optional[Path] = None) -> Figure:
+    """Clients (y) x rounds (x), colour = the client's group for one personal layer (``--lag_share groups``).
+
+    ``groups`` is rounds x clients, one layer's slice of ``lag_groups``: each client's group named by its
+    smallest client id, -1 (left blank) in rounds where the layer was shared. A client alone in its group
+    is drawn light grey, so the groups that share stand out.
+    """
+    groups = np.asarray(groups)
+    rounds, clients = groups.shape
+    sizes = np.zeros_like(groups)
+    for r in range(rounds):
+        labels, counts = np.unique(groups[r], return_counts=True)
+        sizes[r] = counts[np.searchsorted(labels, groups[r])]
+    values = np.where((groups >= 0) & (sizes > 1), groups, np.nan).astype(float).T  # clients x rounds
+    height = min(max(3.0, 0.12 * clients + 1.6), 16.0)
+    fig, ax = plt.subplots(figsize=(9.0, height))
+    ax.set_facecolor("white")
+    alone = np.where((groups >= 0) & (sizes == 1), 1.0, np.nan).T
+    extent = (-0.5, rounds - 0.5, clients - 0.5, -0.5)
+    ax.imshow(alone, aspect="auto", interpolation="nearest", cmap="Greys", vmin=0, vmax=4, extent=extent)
+    ax.imshow(values, aspect="auto", interpolation="nearest", cmap="tab20", vmin=0, vmax=max(clients - 1, 1),
+              extent=extent)
+    ax.set_xlabel(f"round   (colour: the group sharing {layer_name}; grey: alone; blank: shared by all)")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def plot_personal_frequency(layer_names: Sequence[str], mean: np.ndarray, std: Optional[np.ndarray],
                             title: str, path: Optional[Path] = None) -> Figure:
     """Horizontal bars: the fraction of rounds each layer was personal (mean over runs, +- std)."""

@@ -355,6 +355,15 @@ def _train_reply(partition: int, examples: int, update: Dict[str, list], state: 
         "metrics": MetricRecord({"num-examples": examples, "partition-id": partition})}))
 
 
+def test_strategy_refuses_group_sharing(monkeypatch):
+    """The app keeps every personal layer on its own node: --lag_share groups is refused, not ignored."""
+    monkeypatch.syspath_prepend(str(APP))
+    from flcore.lag.selector import LagSettings
+    from pfl_flower.strategy import FedLagStrategy
+    with pytest.raises(ValueError, match="--lag_share own"):
+        FedLagStrategy(LagSettings(share="groups"), ["fc.weight", "fc.bias"], num_rounds=1)
+
+
 def test_strategy_scores_chooses_and_averages(monkeypatch):
     """Per-layer conflict counts from the replies, top-K with ties to the earlier layer, the warm-up
     schedule, the sample-weighted average, and a round where every node failed."""

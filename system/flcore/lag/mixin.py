@@ -15,8 +15,11 @@ hooks every PFLlib-style server has, and calls the base method's own version of 
 * ``receive_models``: after the base method has picked the round's ``uploads`` (one ``ClientUpdate``
   per uploader: tensors by name under the update's ``shared_path``, so an upload of only ``model.base``
   maps to ``base.*``), the per-layer updates are scored (``conflict.py``) and the personal set is chosen.
-* ``aggregate_parameters`` is untouched: the server still averages every shared tensor, including
-  the personal ones, which initialise clients that never held a copy (new clients).
+* ``aggregate_parameters``: the base method's own; the server still averages every shared tensor,
+  including the personal ones, which initialise clients that never held a copy (new clients). With
+  ``--lag_share groups`` each personal layer is then averaged within each group of clients whose updates
+  of it agree (``groups.py``), over every member's latest copy weighted by its training samples, and
+  every member of the group (sampled or not) receives that average; a client alone keeps its own copy.
 
 Only tensors the base method uploads (and the client ``shares``) are ranked: the base method's own
 personal parts stay personal and count towards K (``LayerSelector``), so FedRep+LAG with K = 1 is
@@ -39,6 +42,7 @@ import torch
 from torch import nn
 
 from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
+from .groups import UpdateProfiles, group_members, sample_weighted_average
 from .selector import LayerSelector
 from .settings import LagError, LagSettings
 
@@ -59,6 +63,9 @@ class LayerConflictMixin:
         self._lag_matrix: Optional[torch.Tensor] = None
         self._lag_rows: Dict[int, int] = {}     # client id -> row holding its starting parameters
         self._lag_scored: Dict[int, int] = {}   # client id -> row holding its last scored update
+        # --lag_share groups: the clients' update profiles, and per round each layer's groups (-1: shared).
+        self.lag_profiles: Optional[UpdateProfiles] = None
+        self._lag_group_history: List[torch.Tensor] = []
         clients = getattr(self, "clients", None)
         if clients and callable(getattr(clients[0], "shared_module", None)) \
                 and callable(getattr(clients[0], "upload", None)):
@@ -79,8 +86,14 @@ class LayerConflictMixin:
         candidates = self._lag_candidate_layers(client, update)
         base_method = str(self.algorithm).removesuffix("+LAG")
         self.lag_selector = LayerSelector(self.lag, candidates, base_method,
-                                          self._lag_own_personal_layers(client, candidates))
+                                          self._lag_own_personal_layers(client, candidates), seed=self._lag_seed())
+        if self.lag.share == "groups":
+            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine)
         self._lag_say_notes()
+
+    def _lag_seed(self) -> int:
+        """The run's seed, for the ``random`` rule's draw (0 where the server has none)."""
+        return int(getattr(getattr(self, "config", None), "seed", 0) or 0)
 
     def _lag_say_notes(self) -> None:
         """Print, once each, what the selector wants the user to hear."""
@@ -126,7 +139,47 @@ class LayerConflictMixin:
         evidence = (layer_evidence_in_spans(self._lag_matrix, self._lag_spans, self.lag.xi, rows)
                     if len(rows) >= 2 else None)
         self.lag_selector.observe(evidence, uploads=len(rows))
+        if self.lag_profiles is not None:
+            self._lag_regroup(rows)
         self._lag_say_notes()
+
+    # ----- --lag_share groups: a personal layer averaged within the groups that agree on it ----------------
+    def _lag_regroup(self, rows: Sequence[int]) -> None:
+        """Add the round's updates (``rows`` of the update matrix, clients in ``_lag_scored``'s order) to the
+        profiles of the personal layers, and record every client's group for each: (layers, clients),
+        the smallest client id of the group, -1 for the shared layers."""
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self._lag_matrix.device) if rows else None
+        updates = {} if index is None else {
+            layer: torch.cat([self._lag_matrix[index, a:b] for a, b in self._lag_spans[layer]], dim=1).cpu()
+            for layer in self.lag_personal}
+        self.lag_profiles.observe(updates, list(self._lag_scored), self.lag_personal)
+        groups = torch.full((len(self.lag_layers), self.lag_profiles.num_clients), -1, dtype=torch.int64)
+        for layer in self.lag_personal:
+            groups[layer] = self.lag_profiles.groups(layer)
+        self._lag_group_history.append(groups)
+
+    def aggregate_parameters(self):
+        super().aggregate_parameters()
+        if self.lag_profiles is not None and self._lag_group_history and self.uploads:
+            self._lag_share_within_groups(self._lag_group_history[-1])
+
+    @torch.no_grad()
+    def _lag_share_within_groups(self, groups: torch.Tensor) -> None:
+        """Every member of a group of two or more receives the group's model of each personal layer: the
+        average of every member's latest copy (its parameters and its module's buffers), weighted by the
+        members' training samples, members in ascending id order (so the sum does not depend on upload
+        order). A member that uploaded this round contributes what it uploaded; one that did not, the copy
+        it holds, which the server knows (it sent it, or received it). So a large client that sat the round
+        out is not overwritten by one small uploader's copy, and with every client uploading this is the
+        average of the group's uploads."""
+        for layer in self.lag_personal:
+            parameters = list(self.lag_layers[layer].tensors)
+            for members in group_members(groups[layer]).values():
+                copies = [with_module_buffers(self.clients[i].model, parameters) for i in members]
+                average = sample_weighted_average(copies, [self.clients[i].train_samples for i in members])
+                for copy in copies:
+                    for name, value in average.items():
+                        copy[name].copy_(value)
 
     def _lag_collect_updates(self, uploads: Sequence) -> List[int]:
         """Turn the update matrix's rows into ``h_u`` for the uploads; returns their rows."""
@@ -238,13 +291,22 @@ class LayerConflictMixin:
 
     # ----- state (checkpoints) -----------------------------------------------------------------------
     def lag_state(self) -> dict:
-        return {"selector": None if self.lag_selector is None else self.lag_selector.state_dict(),
-                "unscored_before": self._lag_unscored_before}
+        state = {"selector": None if self.lag_selector is None else self.lag_selector.state_dict(),
+                 "unscored_before": self._lag_unscored_before}
+        if self.lag.share == "groups":
+            state["groups"] = {"profiles": None if self.lag_profiles is None else self.lag_profiles.state_dict(),
+                               "history": list(self._lag_group_history)}
+        return state
 
     def load_lag_state(self, state: dict) -> None:
         selector = state["selector"]
         self.lag_selector = None if selector is None else LayerSelector.from_state_dict(self.lag, selector)
         self._lag_unscored_before = int(state["unscored_before"])
+        groups = state.get("groups")
+        if self.lag.share == "groups" and groups is not None and groups["profiles"] is not None:
+            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine)
+            self.lag_profiles.load_state_dict(groups["profiles"])
+            self._lag_group_history = [g.clone() for g in groups["history"]]
         self._lag_columns, self._lag_spans = None, []  # rebuilt from the layers at the next upload
 
     def get_state(self):
@@ -267,7 +329,15 @@ class LayerConflictMixin:
                     "lag_mean_cosines": empty.double(), "lag_personal": empty.bool(),
                     "lag_num_uploads": torch.zeros(self._lag_unscored_before, dtype=torch.int64),
                     "lag_scored": torch.zeros(self._lag_unscored_before, dtype=torch.bool)}
-        return self.lag_selector.result_arrays(unscored_before=self._lag_unscored_before)
+        arrays = self.lag_selector.result_arrays(unscored_before=self._lag_unscored_before)
+        if self.lag_profiles is not None:
+            # lag_groups[r, l, c]: client c's group for layer l after round r (its smallest client id), -1
+            # where layer l was shared.
+            width, clients = len(self.lag_layers), self.lag_profiles.num_clients
+            rows = [torch.full((width, clients), -1, dtype=torch.int64)] * self._lag_unscored_before
+            rows += self._lag_group_history
+            arrays["lag_groups"] = torch.stack(rows) if rows else torch.zeros((0, width, clients), dtype=torch.int64)
+        return arrays
 
     def result_arrays(self):
         arrays = super().result_arrays() if hasattr(super(), "result_arrays") else {}

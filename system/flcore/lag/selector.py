@@ -23,8 +23,10 @@ Three rules (``--lag_schedule``):
   head in 11 of 12 seeds, where the rate named it in 5.
 * ``every_round``: the paper's Algorithm 1, the top-K of each round's own counts.
 * ``warmup``: the authors' code, counts summed over the first W scored rounds, then frozen.
+* ``random``: a control for the ranking (the paper's reviewers asked for it): K layers drawn once per run
+  from a stream seeded by the run's seed, personal from the first round; the evidence is still recorded.
 
-In every rule a layer with no conflict at all is never chosen (with no evidence, nothing new is
+In every rule but ``random`` a layer with no conflict at all is never chosen (with no evidence, nothing new is
 personalised), and a round with fewer than two uploads is recorded but changes nothing. Ties go to
 the earlier layer, so the choice depends on the evidence alone, not on the order clients uploaded in.
 
@@ -49,6 +51,13 @@ HISTORY = ("scores", "pairs", "cosines", "personal", "uploads", "scored")
 def top_k_positive(scores: torch.Tensor, k: int) -> Tuple[int, ...]:
     """Indices of the ``k`` highest positive scores, ties to the earlier layer; fewer if fewer are positive."""
     return tuple(i for i in top_k_layers(scores, k) if float(scores[i]) > 0)
+
+
+def random_layers(num_layers: int, k: int, seed: int) -> Tuple[int, ...]:
+    """``k`` of ``num_layers`` layer indices drawn without replacement from a stream seeded by ``seed``
+    (a generator of its own: the run's other random streams are untouched), ascending."""
+    generator = torch.Generator().manual_seed(int(seed))
+    return tuple(sorted(torch.randperm(num_layers, generator=generator)[:max(k, 0)].tolist()))
 
 
 def conflict_rates(conflicts: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
@@ -112,7 +121,7 @@ class LayerSelector:
     """The candidate layers, the personal set, the accumulated evidence and the per-round history."""
 
     def __init__(self, settings: LagSettings, layers: Sequence[Layer], method: str = "the base method",
-                 own_personal: Sequence[str] = ()):
+                 own_personal: Sequence[str] = (), seed: int = 0):
         """``layers``: the candidates, i.e. what ``method`` shares. ``own_personal``: the layers ``method``
         already keeps personal by design (FedRep's head), at the same granularity.
 
@@ -120,7 +129,8 @@ class LayerSelector:
         ``K - len(own_personal)`` shared layers are ever added (FedRep+LAG with K = 1 is FedRep). Measured:
         an extra personal base layer is trained only when its client is sampled, and cost FedROD and
         FedAS 0.2-1.8 points at 20% participation. A K that would keep every shared layer personal is
-        refused: that is training each client alone (Local), not FedLAG."""
+        refused: that is training each client alone (Local), not FedLAG. ``seed``: the ``random`` rule's
+        stream (the run's seed), drawn from once here."""
         self.notes: List[str] = []   # things the user should hear about, printed by the caller
         if not layers:
             raise LagError(f"{method} shares no parameters, so there is nothing to personalise")
@@ -140,7 +150,8 @@ class LayerSelector:
                               f"no shared layer is added, conflicts are still recorded "
                               f"(--lag_top_k {len(self.own_personal) + 1} adds one)")
         self.layers: List[Layer] = list(layers)
-        self.personal: Tuple[int, ...] = ()
+        self.personal: Tuple[int, ...] = (random_layers(len(self.layers), self.extra, seed)
+                                          if settings.schedule == "random" else ())
         width = len(self.layers)
         # The evidence so far: decayed (smoothed) or summed (warmup) over the scored rounds.
         self.conflicts = torch.zeros(width, dtype=torch.float64)
@@ -188,6 +199,8 @@ class LayerSelector:
         if s.schedule == "every_round":
             chosen = top_k_positive(evidence.conflicts, self.extra)
             self.personal = chosen if chosen else self.personal
+        elif s.schedule == "random":
+            pass  # drawn once, at the start
         elif s.schedule == "warmup":
             if self.scored_rounds < s.warmup:
                 self._accumulate(evidence, 1.0)

@@ -13,7 +13,8 @@ from typing import FrozenSet, List, Optional
 from .conflict import GRANULARITIES
 from .flagfields import add_arguments, field_problems, flag, read_namespace
 
-SCHEDULES = ("smoothed", "every_round", "warmup")
+SCHEDULES = ("smoothed", "every_round", "warmup", "random")
+SHARES = ("own", "groups")
 SIGNALS = ("delta", "last_batch")
 # The flags (by dest) that only one schedule reads; every other --lag_* flag applies to all three.
 SCHEDULE_ONLY_FLAGS = {"smoothed": ("lag_decay", "lag_margin"), "every_round": (), "warmup": ("lag_warmup",)}
@@ -47,7 +48,7 @@ class LagSettings:
     schedule: str = flag("--lag_schedule", default="smoothed", choices=SCHEDULES, run_key="lag-schedule", help=(
         "smoothed: decayed mean cosine, a personal layer replaced only on evidence; every_round: the paper's "
         "rule (each round's top-K); "
-        "warmup: the authors' code (sum W rounds, then freeze)"))
+        "warmup: the authors' code (sum W rounds, then freeze); random: K layers drawn once per run (a control)"))
     # Left out on the command line it depends on -gr: from_args fills in min(gr // 2, 30).
     warmup: int = flag("--lag_warmup", default=30, type=int, minimum=0, command_line_default=None, run_key="lag-warmup",
                        help="warm-up rounds W of the warmup schedule (default: min(gr // 2, 30))")
@@ -60,6 +61,13 @@ class LagSettings:
     margin: float = flag("--lag_margin", default=2.0, minimum=0, run_key="lag-margin", help=(
         "smoothed: standard errors by which a layer's cosines must lie below a personal layer's, pair for "
         "pair, to displace it"))
+
+    share: str = flag("--lag_share", default="own", choices=SHARES, help=(
+        "own: every client keeps its own copy of a personal layer; groups: a personal layer is averaged "
+        "within each group of clients whose updates of it agree (--lag_group_cosine)"))
+    group_cosine: float = flag("--lag_group_cosine", default=0.1, minimum=-1, maximum=1,
+                               help=("groups: two groups of clients merge while the mean cosine of their "
+                                     "updates of the layer, over the pairs seen, is above this"))
 
     @classmethod
     def from_args(cls, args) -> "LagSettings":
