@@ -36,7 +36,7 @@ def generator_flags(partition: str) -> Optional[List[str]]:
     flags = scheme_flags(scheme)
     if flags is None or len(shifts) > 2:
         return None
-    if shifts and re.fullmatch("lg[0-9]+", shifts[0]):
+    if shifts and re.fullmatch("lg[1-9][0-9]*", shifts[0]):
         flags += ["--label-groups", shifts.pop(0)[len("lg"):]]
     if shifts:
         feature = feature_shift_from_word(shifts.pop(0))

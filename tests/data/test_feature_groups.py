@@ -152,7 +152,7 @@ def test_a_bad_feature_shift_is_one_line_and_writes_nothing(tmp_path, capsys, fl
 @pytest.mark.parametrize("shape,flags,message", [
     ((28, 20), ["--feature-groups", "2"], "rotation needs square images; these are 28x20"),
     ((8, 8, 4), ["--feature-groups", "2", "--feature-shift", "corruption", "--corruptions", "none,jpeg"],
-     "jpeg needs grey or RGB images (1 or 3 channels), these have 4"),
+     "x must hold uint8 images, N x H x W (grey) or N x H x W x 3 (RGB)"),  # refused as a source first
 ])
 def test_images_a_shift_cannot_take_are_refused_before_anything_is_written(tmp_path, capsys, shape, flags, message):
     source = tmp_path / "odd.npz"
