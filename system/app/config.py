@@ -129,8 +129,9 @@ class RunConfig:
         "seconds to wait for the next client back from the Ray workers before the run stops (results so far "
         "kept); 0 waits forever"))
     threads: int = flag("--threads", default=0, minimum=0, help=(
-        "torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else the cores); results are "
-        "bit-identical only for the same count"))
+        "torch intra-op threads (0 = OMP_NUM_THREADS when exported, else 1: more threads made no model of this "
+        "project faster and beside other busy processes much slower, see benchmarks/threads.py); results are "
+        "bit-identical only for the same count, recorded in the .h5"))
     # PFLlib's shared algorithm hyper-parameters (-bt, -lam, -mu ...), then FedLAG's --lag_* flags.
     algorithm_flags: AlgorithmFlags = nested(AlgorithmFlags)
     lag: LagSettings = nested(LagSettings)
