@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.lag.flagfields import field_problems, flag, flag_values, nested, read_namespace
 from flcore.lag.settings import LagSettings
+from flcore.registry import hyperparameters_of
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR
 
@@ -138,10 +139,13 @@ class RunConfig:
 
     @classmethod
     def from_namespace(cls, namespace) -> "RunConfig":
-        """From argparse's namespace of the flags (``--lag_warmup``'s default is filled in here)."""
-        return cls(**read_namespace(cls, namespace),
-                   algorithm_flags=AlgorithmFlags(**read_namespace(AlgorithmFlags, namespace)),
-                   lag=LagSettings.from_args(namespace))
+        """From argparse's namespace of the flags. Filled in here: ``--lag_warmup``'s default, and each shared
+        hyper-parameter flag left out (None), at the chosen algorithm's own default."""
+        own = cls(**read_namespace(cls, namespace))
+        given = read_namespace(AlgorithmFlags, namespace)
+        return dataclasses.replace(
+            own, algorithm_flags=AlgorithmFlags.for_algorithm(hyperparameters_of(own.algorithm), given),
+            lag=LagSettings.from_args(namespace))
 
     def flags(self) -> Dict[str, object]:
         """``{dest: value}`` of every flag, in command-line order: the run's record (see the module docstring)."""
