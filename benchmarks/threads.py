@@ -222,8 +222,9 @@ def main() -> None:
         lines += ["## Seconds per round, from timed steps", "",
                   f"PFLlib's batch {BATCH}, one local epoch per client, evaluation of every client's train and "
                   f"test data in batches of {EVAL_BATCH}; the median of {opts.repeats} training steps.", "",
-                  f"| setting | alone: 1 thread | alone: {CORES} threads | speed-up of {CORES} | load | busy: 1 thread | "
-                  f"busy: {CORES} threads | speed-up of {CORES} | load |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"| setting | alone: 1 thread | alone: {CORES} threads | speed-up of {CORES} | load | "
+                  f"busy: 1 thread | busy: {CORES} threads | speed-up of {CORES} | load |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         lines += model_rows(opts.repeats)
         lines.append("")
     if opts.part in ("quickstart", "both"):

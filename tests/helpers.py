@@ -128,9 +128,9 @@ def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str
 # Flags some methods need on these tiny runs (PFLlib's shared defaults they replace refuse or switch the method
 # off; pFedMe's own lambda 15 and personal lr 0.09 diverge at these runs' -lr 0.05). pFedMe's -K and FedALA's -s
 # only keep the runs cheap.
-METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2", "-lam", "1", "-lrp", "0.01"), "PerAvg": ("-bt", "0.05"), "FedCAC": ("-bt", "1"),
-                "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"), "FedBABU": ("-fte", "1"),
-                "FedALA": ("-s", "20")}
+METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2", "-lam", "1", "-lrp", "0.01"), "PerAvg": ("-bt", "0.05"),
+                "FedCAC": ("-bt", "1"), "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"),
+                "FedBABU": ("-fte", "1"), "FedALA": ("-s", "20")}
 
 
 def method_flags(name: str) -> tuple:
