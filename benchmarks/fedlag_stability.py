@@ -16,7 +16,7 @@ mean ± std over seeds. FedLAG appears four times: the default (``smoothed`` sch
 granularity, K = 1), the same rule with K = 2, the paper's rule (``every_round``, tensor granularity,
 K = 2) and the authors' rule (``warmup``, tensor granularity, K = 2). ``X+LAG`` runs use the default
 rule; K counts X's own personal layers, so FedRep, FedROD and FedAS (personal heads) also run with
-K = 2, one extra shared layer made personal. Ditto and Ditto+LAG run at PFLlib's default ``-mu 0``,
+K = 2, one extra shared layer made personal. Ditto and Ditto+LAG run at PFLlib's shared ``-mu 0``,
 where the personal models Ditto reports are Local training's whatever LAG does to the global model,
 and at ``-mu 1``, where they are pulled towards it. Runs are skipped when their complete ``.h5``
 exists, so an interrupted benchmark resumes. Writes ``table.md`` and ``curves_<data>.png`` next to
@@ -47,16 +47,20 @@ SOURCES = {"MNIST": ("generate_MNIST.py", SHARED / "mnist-70k.npz"),
 PAPER = ("--lag_schedule", "every_round", "--lag_granularity", "tensor", "--lag_top_k", "2")
 AUTHORS = ("--lag_schedule", "warmup", "--lag_granularity", "tensor", "--lag_top_k", "2")
 SMOOTHED = ("--lag_schedule", "smoothed", "--lag_granularity", "module")
+# PFLlib's shared values, which the FedDBE and Ditto runs were made with (each algorithm's own default differs:
+# FedDBE -mo 1 -klw 50, Ditto -mu 1).
+DBE_PFLLIB = ("-mo", "0.1", "-klw", "0")
+DITTO_PFLLIB = ("-mu", "0")
 METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedAvg": ("FedAvg", (), "base"),
     "FedPer": ("FedPer", (), "base"),
     "FedRep": ("FedRep", (), "base"),
     "FedROD": ("FedROD", (), "base"),
     "FedAS": ("FedAS", (), "base"),
-    "FedDBE": ("FedDBE", (), "base"),
-    # PFLlib's default -mu 0 leaves Ditto's personal models unpulled: Local training, which LAG (acting on
+    "FedDBE": ("FedDBE", DBE_PFLLIB, "base"),
+    # PFLlib's shared -mu 0 leaves Ditto's personal models unpulled: Local training, which LAG (acting on
     # the global model) cannot change. -mu 1 is in the middle of the grid Ditto's paper tunes over.
-    "Ditto, mu=0 (Local)": ("Ditto", (), "base"),
+    "Ditto, mu=0 (Local)": ("Ditto", DITTO_PFLLIB, "base"),
     "Ditto, mu=1": ("Ditto", ("-mu", "1"), "mu1"),
     "FedLAG paper rule (every_round, tensor, K=2)": ("FedLAG", PAPER, "paper"),
     "FedLAG authors' rule (warmup, tensor, K=2)": ("FedLAG", AUTHORS, "authors"),
@@ -70,8 +74,8 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedRep+LAG, K=2": ("FedRep+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedROD+LAG, K=2": ("FedROD+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
     "FedAS+LAG, K=2": ("FedAS+LAG", SMOOTHED + ("--lag_top_k", "2"), "k2"),
-    "FedDBE+LAG": ("FedDBE+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
-    "Ditto+LAG, mu=0 (Local)": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1"), "k1"),
+    "FedDBE+LAG": ("FedDBE+LAG", SMOOTHED + ("--lag_top_k", "1") + DBE_PFLLIB, "k1"),
+    "Ditto+LAG, mu=0 (Local)": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1") + DITTO_PFLLIB, "k1"),
     "Ditto+LAG, mu=1": ("Ditto+LAG", SMOOTHED + ("--lag_top_k", "1", "-mu", "1"), "k1mu1"),
 }
 DROP_AFTER = 5  # the first rounds move fast for every method; a drop there is not forgetting

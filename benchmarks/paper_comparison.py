@@ -19,9 +19,9 @@ the runs those batches planned. ``<out>`` (default results/benchmarks/paper_comp
 table and figures, ``runs/`` with the ``.h5`` files and ``runs/logs/``, and COMMAND.md with the exact
 command, the commit, the sizes and the wall time.
 
-Methods that refuse main.py's defaults get the authors' values (REQUIRED_ARGS: PerAvg -bt 0.001,
-pFedMe -bt 1, FedPHP -lam 0.1, FedCAC -bt <rounds>); every other hyper-parameter is main.py's
-default (so e.g. FedProx, MOON and Ditto run with -mu 0): set them with ``--algo-args``.
+Every hyper-parameter is main.py's default, each algorithm's own where it has one (its paper's value:
+``python system/main.py --help`` lists them), except FedCAC's -bt, set to the run's length
+(REQUIRED_ARGS); set others with ``--algo-args``.
 
 Cost (measured per sample on one busy core of the 2-core CPU; a free core is faster): a round of
 CIFAR-10/CNN with 20 clients at join ratio 0.5 takes ~7 s (training ~4.5 s, evaluating every client
@@ -57,13 +57,10 @@ DATASETS = {  # name -> (source file, model)
     "Cifar10": (REPO.parent / "shared" / "data" / "cifar10-20k.npz", "CNN"),
 }
 GOAL = "paper"
-# Flags without which a method refuses to run (main.py's defaults, beta 0 and lamda 1, are degenerate
-# for it); the values are the authors'. FedCAC's -bt (rounds until its threshold peaks) is set to the
-# run's length. Everything else runs with main.py's defaults; change any with --algo-args.
+# FedCAC's -bt (rounds until its threshold peaks) is set to the run's length; everything else runs with
+# main.py's defaults, each algorithm's own (PerAvg -bt 0.001, pFedMe -bt 1, FedPHP -lam 0.1 ...); change
+# any with --algo-args.
 REQUIRED_ARGS = {
-    "PerAvg": "-bt 0.001",       # the FedLAG authors' scripts
-    "pFedMe": "-bt 1",           # pFedMe paper: beta 1 or 2
-    "FedPHP": "-lam 0.1",        # FedPHP authors: 0.05 to 0.1
     "FedCAC": "-bt {rounds}",
 }
 # FedLAG first, then FedAvg; FedAvg+LAG would repeat FedLAG.

@@ -5,7 +5,8 @@
 
 Runs ``-pv .. -t-1`` (run ``i`` seeded with ``--seed + i``), writes one ``.h5`` per run under
 ``results/`` and prints each run's best, final and last-k mean accuracy (``--report_last_k``), then
-their mean and std over the runs.
+their mean and std over the runs. With no flag at all it runs the README's quickstart
+(:data:`app.options.QUICKSTART`) and says so.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent
 
 from app.build import build_run, prepare  # noqa: E402
 from app.config import RunConfig  # noqa: E402
-from app.options import parse_args, setup_problems  # noqa: E402
+from app.options import QUICKSTART, parse_args, setup_problems  # noqa: E402
 from flcore.lag.mixin import LagError  # noqa: E402
 from flcore.registry import lag_base  # noqa: E402
 from utils.accuracy_summary import AccuracySummary  # noqa: E402
@@ -116,6 +117,10 @@ def comparison_hint(algorithm: str, argv: list) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = list(QUICKSTART)
+        print(f"no flags given: running the quickstart, python system/main.py {' '.join(QUICKSTART)}\n"
+              "(with any flag, every flag left out has PFLlib's default: -algo FedAvg -gr 2000 ...; --help lists them)")
     config = parse_args(argv)
     try:
         run(config)

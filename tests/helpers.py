@@ -141,11 +141,12 @@ def server_of_class(server_class, data_dir: Path, results_dir: Path, *extra: str
     return server_class(config, hyperparameters(config), 0, split_head(model) if head_split else model, info)
 
 
-# Flags some methods need to run at all (their defaults are refused or diverge on these tiny runs).
-# pFedMe's -K and FedALA's -s only keep the runs cheap.
-METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2"), "PerAvg": ("-bt", "0.05"), "FedCAC": ("-bt", "1"),
-                "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"), "FedBABU": ("-fte", "1"),
-                "FedALA": ("-s", "20")}
+# Flags some methods need on these tiny runs (PFLlib's shared defaults they replace refuse or switch the method
+# off; pFedMe's own lambda 15 and personal lr 0.09 diverge at these runs' -lr 0.05). pFedMe's -K and FedALA's -s
+# only keep the runs cheap.
+METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2", "-lam", "1", "-lrp", "0.01"), "PerAvg": ("-bt", "0.05"),
+                "FedCAC": ("-bt", "1"), "FedPHP": ("-lam", "0.1"), "FedAMP": ("-alk", "0.1", "-lam", "0.1"),
+                "FedBABU": ("-fte", "1"), "FedALA": ("-s", "20")}
 
 
 def method_flags(name: str) -> tuple:

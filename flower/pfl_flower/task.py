@@ -165,6 +165,9 @@ def project_config(context: Context, repo: Path):
     argv = ["-algo", ALGORITHM, "-gr", str(rounds - 1)]
     for key, value in values.items():
         argv += [f"--{keys[key].dest}", str(value)]
+    threads = int(run.get("torch-threads", 0))
+    if threads > 0:  # else the project's default: one thread, unless OMP_NUM_THREADS is exported
+        argv += ["--threads", str(threads)]
     refused = io.StringIO()
     try:
         with contextlib.redirect_stderr(refused):

@@ -3,6 +3,7 @@ with ``--resume``, its state (no global state mutated but the seeds)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -10,6 +11,7 @@ from app.config import RunConfig
 from app.memory import memory_problem
 from app.options import check_model_name
 from app.run import FederatedRun, run_results_file
+from app.threads import run_threads
 from dataset.utils.client_files import TOKEN_INPUTS
 from flcore.algorithm_flags import Hyperparameters
 from flcore.registry import resolve
@@ -50,9 +52,10 @@ def prepare(config: RunConfig) -> tuple[RunConfig, str]:
     """
     device, note = resolve_device(config.device, config.device_id)
     check_name(config.goal, "-go/--goal", ConfigError)  # part of the result file's name
-    if config.threads:
+    threads = run_threads(config.threads, os.environ)
+    if threads:
         # The intra-op thread count changes float reductions, so it is part of what makes a run repeatable.
-        torch.set_num_threads(config.threads)
+        torch.set_num_threads(threads)
     problems = hyperparameters(config).problems()
     if problems:
         raise ConfigError("; ".join(problems))

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.lag.flagfields import field_problems, flag, flag_values, nested, read_namespace
 from flcore.lag.settings import LagSettings
+from flcore.registry import hyperparameters_of
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR
 
@@ -129,18 +130,22 @@ class RunConfig:
         "seconds to wait for the next client back from the Ray workers before the run stops (results so far "
         "kept); 0 waits forever"))
     threads: int = flag("--threads", default=0, minimum=0, help=(
-        "torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else the cores); results are "
-        "bit-identical only for the same count"))
+        "torch intra-op threads (0 = OMP_NUM_THREADS when exported, else 1: more threads made no model of this "
+        "project faster and beside other busy processes much slower, see benchmarks/threads.py); results are "
+        "bit-identical only for the same count, recorded in the .h5"))
     # PFLlib's shared algorithm hyper-parameters (-bt, -lam, -mu ...), then FedLAG's --lag_* flags.
     algorithm_flags: AlgorithmFlags = nested(AlgorithmFlags)
     lag: LagSettings = nested(LagSettings)
 
     @classmethod
     def from_namespace(cls, namespace) -> "RunConfig":
-        """From argparse's namespace of the flags (``--lag_warmup``'s default is filled in here)."""
-        return cls(**read_namespace(cls, namespace),
-                   algorithm_flags=AlgorithmFlags(**read_namespace(AlgorithmFlags, namespace)),
-                   lag=LagSettings.from_args(namespace))
+        """From argparse's namespace of the flags. Filled in here: ``--lag_warmup``'s default, and each shared
+        hyper-parameter flag left out (None), at the chosen algorithm's own default."""
+        own = cls(**read_namespace(cls, namespace))
+        given = read_namespace(AlgorithmFlags, namespace)
+        return dataclasses.replace(
+            own, algorithm_flags=AlgorithmFlags.for_algorithm(hyperparameters_of(own.algorithm), given),
+            lag=LagSettings.from_args(namespace))
 
     def flags(self) -> Dict[str, object]:
         """``{dest: value}`` of every flag, in command-line order: the run's record (see the module docstring)."""

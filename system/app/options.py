@@ -10,7 +10,10 @@ Differences from PFLlib, on purpose:
 * ``-data`` defaults to ``Digits``, the embedded dataset, so the first command needs no download;
 * ``-ncl`` defaults to the dataset's own class count (config.json), not 10, and ``-vs`` to a text
   dataset's vocabulary size, not 80;
-* ``--seed`` seeds everything; run ``i`` of ``-t`` uses ``seed + i``.
+* ``--seed`` seeds everything; run ``i`` of ``-t`` uses ``seed + i``;
+* a shared hyper-parameter flag left out (``-mu``, ``-bt`` ...) takes the chosen algorithm's own default,
+  its paper's value, where PFLlib's would refuse or switch the method off (``--help`` lists them);
+* ``--threads`` left out means one intra-op thread unless OMP_NUM_THREADS is exported (``app.threads``).
 """
 from __future__ import annotations
 
@@ -22,10 +25,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from app.config import RunConfig
 from dataset.utils.one_line import OneLineParser
-from flcore.lag.flagfields import add_arguments
-from flcore.registry import lag_base
+from flcore.algorithm_flags import AlgorithmFlags
+from flcore.lag.flagfields import add_arguments, flag_fields, flag_values
+from flcore.registry import lag_base, own_defaults_by_flag
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from utils.names import unknown_name_message
+
+
+# What ``python system/main.py`` runs with no flag at all: the README's quickstart (FedLAG where it shows what it
+# is for, about 20 s on a free 2-core CPU). PFLlib's defaults (FedAvg, -gr 2000: 2,001 rounds) would run for
+# many minutes on a split where each client alone does best. Any flag given keeps every other flag's
+# PFLlib default, so scripts mean what they meant.
+QUICKSTART = ("-algo", "FedLAG", "-data", "Digits-iid-lg4", "-nc", "40", "-lr", "0.05", "-gr", "100")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -48,6 +59,10 @@ def build_parser(parser_class: type = OneLineParser) -> argparse.ArgumentParser:
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
         formatter_class=HelpFormatter, help_command="python system/main.py --help")
     add_arguments(parser, RunConfig)
+    shared = {spec.dest: f.default for f, spec in flag_fields(AlgorithmFlags)}
+    for action in parser._actions:
+        if action.dest in shared:  # left out, they read None: the chosen algorithm's default is filled in later
+            action.help = f"{action.help} ({shared_flag_default(action.dest, shared[action.dest])})"
     return parser
 
 
@@ -77,10 +92,20 @@ def flags_given(argv: Sequence[str]) -> Dict[str, str]:
     return {dest: names[dest] for dest, value in vars(namespace).items() if value is not unset}
 
 
+def shared_flag_default(dest: str, pfllib: object) -> str:
+    """``default: 0.0, or the algorithm's own: Ditto 1, FedProx 0.01``: PFLlib's value and the algorithms
+    that take their own."""
+    own = own_defaults_by_flag().get(dest, {})
+    listed = ", ".join(f"{name} {value:g}" for name, value in own.items())
+    return f"default: {pfllib}" + (f", or the algorithm's own: {listed}" if listed else "")
+
+
 @functools.lru_cache(maxsize=1)
 def flag_defaults() -> Dict[str, object]:
-    """Every flag's default, by its ``dest``: what a flag a record lacks stands for."""
-    return vars(build_parser().parse_args([]))
+    """Every flag's default, by its ``dest``: what a flag a record lacks stands for. The shared
+    hyper-parameter flags stand for PFLlib's values (the command line leaves them None, to be filled in
+    with the chosen algorithm's)."""
+    return {**vars(build_parser().parse_args([])), **flag_values(AlgorithmFlags())}
 
 
 def check_model_name(name: str) -> None:
@@ -142,9 +167,9 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
         warnings.append("-ls/--local_epochs 0: clients run no local epochs, so only an algorithm's own extra "
                         "steps (e.g. FedRep's -pls head epochs) change any model")
     if lag_base(config.algorithm) == "Ditto" and config.algorithm_flags.mu == 0:
-        # PFLlib's default -mu is 0; Ditto's paper tunes its pull over 0.05 to 2.
+        # Only when asked for: left out, -mu is Ditto's own default (1).
         warnings.append("-mu 0 with Ditto: the personal models, which Ditto reports, are not pulled towards the "
-                        "global one, so the accuracy is that of Local training; set Ditto's pull with -mu (e.g. -mu 1)")
+                        "global one, so the accuracy is that of Local training; leave -mu out for Ditto's default 1")
     gamma = config.learning_rate_decay_gamma
     if config.learning_rate_decay and math.isfinite(gamma) and gamma > 1:
         warnings.append(f"-ldg/--learning_rate_decay_gamma {gamma} > 1 with -ld: the learning rate grows with "

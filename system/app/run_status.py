@@ -6,6 +6,7 @@ from typing import Sequence
 
 import h5py
 
+from app.config import RunConfig
 from app.options import build_parser
 from utils.result_utils import _decode
 from utils.run_identity import NON_IDENTIFYING_FLAGS
@@ -16,7 +17,8 @@ def run_status(path: Path, argv: Sequence[str]) -> str:
 
     ``missing`` (no file), ``incomplete`` (a run that stopped early, e.g. diverged), ``stale`` (complete,
     but made with other flags than ``argv``: rerun it) or ``complete`` (skip it). Flags in
-    :data:`NON_IDENTIFYING_FLAGS` and values left open (``None``, resolved at run time) are not compared.
+    :data:`NON_IDENTIFYING_FLAGS` and values left open (``None``, resolved at run time) are not compared; a
+    shared hyper-parameter flag left out is compared at the algorithm's own default, as the run would take it.
     """
     path = Path(path)
     if not path.is_file():
@@ -30,7 +32,7 @@ def run_status(path: Path, argv: Sequence[str]) -> str:
     if not complete:
         return "incomplete"
     try:
-        wanted = vars(build_parser().parse_args(list(argv)))
+        wanted = RunConfig.from_namespace(build_parser().parse_args(list(argv))).flags()
     except SystemExit:
         return "missing"  # the run will fail again and say why
     if not isinstance(config, dict):

@@ -3,6 +3,10 @@ in its row of ``flcore/registry.py``. Each field reads one of PFLlib's shared fl
 ...; :mod:`flcore.algorithm_flags`) under a name that says what it is for this algorithm, with the
 values the algorithm accepts; they are checked once, when the run's flags are read. Algorithms that take
 nothing use :class:`Hyperparameters` itself.
+
+A field's ``default`` is the algorithm's own value for a flag the command line leaves out: its paper's
+(or its authors' published commands'), cited beside it, where that value is known; the other fields
+keep PFLlib's shared default. A flag given is used as given.
 """
 from __future__ import annotations
 
@@ -24,19 +28,23 @@ class FedBABUParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class GPFLParams(Hyperparameters):
-    guidance_weight: float = reads("lamda", "GPFL's magnitude-guidance weight", minimum=0)
-    weight_decay: float = reads("mu", "GPFL's weight decay on GCE and CoV", minimum=0)
+    # The authors' command for the 4-layer CNN and the MLP (TsingZ0/GPFL, system/run_me.sh: -lam 0.01 -mu 0.1).
+    guidance_weight: float = reads("lamda", "GPFL's magnitude-guidance weight", minimum=0, default=0.01)
+    weight_decay: float = reads("mu", "GPFL's weight decay on GCE and CoV", minimum=0, default=0.1)
 
 
 @dataclass(frozen=True)
 class FedCPParams(Hyperparameters):
-    mmd_weight: float = reads("lamda", "FedCP's MMD weight", minimum=0)
+    # The authors' command for the 4-layer CNN (TsingZ0/FedCP, system/run_me.sh: -lam 5).
+    mmd_weight: float = reads("lamda", "FedCP's MMD weight", minimum=0, default=5)
 
 
 @dataclass(frozen=True)
 class FedDBEParams(Hyperparameters):
-    momentum: float = reads("momentum", "FedDBE's running-mean momentum", minimum=0, maximum=1)
-    mean_weight: float = reads("kl_weight", "FedDBE's mean-regulariser weight", minimum=0)
+    # The authors' command (TsingZ0/DBE, system/run_me.sh: -mo 1 -klw 50); PFLlib's -klw 0 switches the mean
+    # regulariser, half of the method, off.
+    momentum: float = reads("momentum", "FedDBE's running-mean momentum", minimum=0, maximum=1, default=1)
+    mean_weight: float = reads("kl_weight", "FedDBE's mean-regulariser weight", minimum=0, default=50)
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,9 @@ class FedPACParams(Hyperparameters):
 # ----- regularised and full-model methods ---------------------------------------------------------------
 @dataclass(frozen=True)
 class FedProxParams(Hyperparameters):
-    prox_weight: float = reads("mu", "FedProx's proximal weight", minimum=0)
+    # PFLlib's -mu 0 is FedAvg. Li et al. (MLSys 2020, Sec. 5) pick mu per dataset from {0.001, 0.01, 0.1, 1};
+    # 0.01 is their choice for a deep model (the Sent140 LSTM).
+    prox_weight: float = reads("mu", "FedProx's proximal weight", minimum=0, default=0.01)
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,10 @@ class FedDynParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class MOONParams(Hyperparameters):
-    contrastive_weight: float = reads("mu", "MOON's contrastive weight", minimum=0)
-    temperature: float = reads("tau", "MOON's temperature", above=0)
+    # PFLlib's -mu 0 is FedAvg. Li, He, Song (CVPR 2021, Sec. 4.1): mu 1 on CIFAR-100 and Tiny-ImageNet (5 on
+    # CIFAR-10), temperature 0.5.
+    contrastive_weight: float = reads("mu", "MOON's contrastive weight", minimum=0, default=1)
+    temperature: float = reads("tau", "MOON's temperature", above=0, default=0.5)
 
 
 @dataclass(frozen=True)
@@ -73,8 +85,9 @@ class SCAFFOLDParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class FedNTDParams(Hyperparameters):
-    distillation_weight: float = reads("beta", "FedNTD's distillation weight", minimum=0)
-    temperature: float = reads("tau", "FedNTD's temperature", above=0)
+    # PFLlib's -bt 0 is FedAvg. Lee et al. (NeurIPS 2022): beta 1, tau 1.
+    distillation_weight: float = reads("beta", "FedNTD's distillation weight", minimum=0, default=1)
+    temperature: float = reads("tau", "FedNTD's temperature", above=0, default=1)
 
 
 @dataclass(frozen=True)
@@ -93,16 +106,22 @@ class FedALAParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class FedCACParams(Hyperparameters):
+    # Wu et al. (ICCV 2023): tau 0.5, beta 170. PFLlib's -tau 1 marks every entry critical (every mask overlaps
+    # fully, so FedCAC is a plain mean) and its -bt 0 is refused.
     critical_fraction: float = reads("tau", "the fraction of each tensor FedCAC treats as critical",
-                                     above=0, maximum=1)
+                                     above=0, maximum=1, default=0.5)
     threshold_rounds: float = reads("beta", "how fast FedCAC's collaboration threshold rises: it reaches the "
-                                    "largest overlap after beta rounds", above=0, hint="the authors use e.g. -bt 170")
+                                    "largest overlap after beta rounds", above=0, hint="the authors use e.g. -bt 170",
+                                    default=170)
 
 
 # ----- personalised copies --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DittoParams(Hyperparameters):
-    pull_weight: float = reads("mu", "Ditto's pull of the personal model towards the global one", minimum=0)
+    # PFLlib's -mu 0 is Local training. Li et al. (ICML 2021, Sec. 5) fix lambda = 1 outside strong attacks
+    # (tuned over {0.1, 1, 2}).
+    pull_weight: float = reads("mu", "Ditto's pull of the personal model towards the global one", minimum=0,
+                               default=1)
     personal_epochs: int = reads("plocal_epochs", "Ditto's personal epochs per round", minimum=0)
 
 
@@ -114,27 +133,33 @@ class APFLParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class PFedMeParams(Hyperparameters):
-    # PFLlib's shared default -bt 0 would keep the global model at its initial value forever.
+    # PFLlib's shared default -bt 0 would keep the global model at its initial value forever. Dinh, Tran, Nguyen
+    # (NeurIPS 2020, Sec. 5, the non-convex runs at -lr 0.005): beta 1, lambda 15, K 5, personal lr 0.09.
     server_mixing: float = reads("beta", "pFedMe's server step (1 - beta) * previous + beta * average", above=0,
-                                 hint="the paper uses 1 or 2: try -bt 1")
-    inner_steps: int = reads("K", "pFedMe's inner steps on the personalised model", minimum=1)
-    personal_learning_rate: float = reads("p_learning_rate", "pFedMe's personal learning rate", above=0)
+                                 hint="the paper uses 1 or 2: try -bt 1", default=1)
+    inner_steps: int = reads("K", "pFedMe's inner steps on the personalised model", minimum=1, default=5)
+    personal_learning_rate: float = reads("p_learning_rate", "pFedMe's personal learning rate", above=0,
+                                          default=0.09)
     moreau_weight: float = reads("lamda", "pFedMe's weight of ||theta - w||^2; with 0 the local model w never "
-                                 "moves", above=0)
+                                 "moves", above=0, default=15)
 
 
 @dataclass(frozen=True)
 class PerAvgParams(Hyperparameters):
+    # PFLlib's -bt 0 would never move the model. beta 0.001 at -lr 0.005 is how Per-FedAvg (Fallah, Mokhtari,
+    # Ozdaglar, NeurIPS 2020) is run in pFedMe's comparison (Dinh et al. 2020, Sec. 5) and in FedLAG's.
     meta_step_size: float = reads("beta", "PerAvg's meta step size; 0 would never move the model", above=0,
-                                  hint="try the value of -lr")
+                                  hint="try the value of -lr", default=0.001)
 
 
 @dataclass(frozen=True)
 class FedPHPParams(Hyperparameters):
+    # PFLlib's -lam 1 drops the cross-entropy (refused) and its -mu 0 inherits nothing. Li et al. (ECML-PKDD 2021)
+    # and their code (lxcnju/FedRepo): lambda 0.05 to 0.1, mu 0.9.
     distillation_weight: float = reads("lamda", "FedPHP's MMD weight in (1 - lamda) * CE + lamda * MMD", minimum=0,
-                                       below=1, hint="the authors use 0.05 to 0.1: try -lam 0.1")
+                                       below=1, hint="the authors use 0.05 to 0.1: try -lam 0.1", default=0.1)
     inheritance_ceiling: float = reads("mu", "FedPHP's largest weight of the inherited model in its moving "
-                                       "average", minimum=0, below=1, hint="the authors use 0.9")
+                                       "average", minimum=0, below=1, hint="the authors use 0.9", default=0.9)
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,23 @@ def resolve(name: str) -> Tuple[Type, AlgorithmSpec]:
     return with_layer_conflict(server_class, name), spec
 
 
+def hyperparameters_of(name: str) -> Type[Hyperparameters]:
+    """What ``-algo name`` takes (X's for ``X+LAG``); :class:`Hyperparameters` itself for an unknown name,
+    which :func:`resolve` refuses later with the closest valid one."""
+    spec = ALGORITHMS.get(lag_base(name))
+    return spec.hyperparameters if spec is not None else Hyperparameters
+
+
+def own_defaults_by_flag() -> Dict[str, Dict[str, object]]:
+    """``{shared flag: {-algo name: value}}``: the algorithms whose default for a shared flag differs from
+    PFLlib's (``--help`` lists them beside the flag)."""
+    by_flag: Dict[str, Dict[str, object]] = {}
+    for name, spec in ALGORITHMS.items():
+        for source, value in spec.hyperparameters.own_defaults().items():
+            by_flag.setdefault(source, {})[name] = value
+    return by_flag
+
+
 def _import(target: str) -> Type:
     module, cls = target.split(":")
     return getattr(importlib.import_module(f"flcore.servers.{module}"), cls)

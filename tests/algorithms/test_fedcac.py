@@ -111,7 +111,7 @@ def test_fedcac_plus_lag_keeps_personal_layers_and_the_masks(data_dir, tmp_path)
 
 def test_flags_out_of_range_are_refused_by_name(data_dir, tmp_path):
     with pytest.raises(ConfigError, match="-bt/--beta"):
-        server_for(data_dir, tmp_path, "-algo", "FedCAC")  # PFLlib's default beta 0 divides by zero
+        server_for(data_dir, tmp_path, "-algo", "FedCAC", "-bt", "0")  # PFLlib's default beta 0 divides by zero
     with pytest.raises(ConfigError, match=r"-tau/--tau .* \(0, 1\]"):
         server_for(data_dir, tmp_path, "-algo", "FedCAC", "-bt", "5", "-tau", "1.5")
 

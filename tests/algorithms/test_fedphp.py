@@ -81,9 +81,9 @@ def test_fedphp_plus_lag_personalises_k_tensors_and_leaves_the_hpm_alone(data_di
     assert_lag_composes(server, k=2, private=lambda c: named_tensors(c.model_hpm))
 
 
-def test_lamda_one_the_shared_default_is_refused(data_dir, tmp_path):
+def test_lamda_one_pfllibs_shared_default_is_refused_when_given(data_dir, tmp_path):
     with pytest.raises(ConfigError, match="-lam/--lamda .*must be in \\[0, 1\\)"):
-        server_for(data_dir, tmp_path, "-algo", "FedPHP")
+        server_for(data_dir, tmp_path, "-algo", "FedPHP", "-lam", "1")
 
 
 def test_two_rounds_build_hpms_apart_from_the_shared_models(data_dir, tmp_path):

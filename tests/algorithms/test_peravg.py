@@ -63,9 +63,9 @@ def test_evaluation_reports_one_adapted_step_and_restores_everything(data_dir, t
         assert torch.equal(client.generator.get_state(), batch_order[client.id])  # training batches untouched
 
 
-def test_beta_zero_the_shared_default_is_refused(data_dir, tmp_path):
+def test_beta_zero_pfllibs_shared_default_is_refused_when_given(data_dir, tmp_path):
     with pytest.raises(ConfigError, match="-bt/--beta .*must be > 0"):
-        server_for(data_dir, tmp_path, "-algo", "PerAvg")
+        server_for(data_dir, tmp_path, "-algo", "PerAvg", "-bt", "0")
 
 
 def test_peravg_plus_lag_personalises_k_tensors(data_dir, tmp_path):

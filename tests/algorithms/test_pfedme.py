@@ -68,9 +68,9 @@ def test_the_reported_model_is_the_personalised_theta(data_dir, tmp_path):
     assert server.rs_test_acc[-1] != pytest.approx(accuracy_of(server.clients, lambda c: c.model))
 
 
-def test_beta_zero_the_shared_default_is_refused_with_a_hint(data_dir, tmp_path):
+def test_beta_zero_pfllibs_shared_default_is_refused_with_a_hint_when_given(data_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"-bt/--beta .*must be > 0.*try -bt 1"):
-        server_for(data_dir, tmp_path, "-algo", "pFedMe")
+        server_for(data_dir, tmp_path, "-algo", "pFedMe", "-bt", "0")
     with pytest.raises(ConfigError, match="-K"):
         server_for(data_dir, tmp_path, *FLAGS, "-K", "0")
 

@@ -1,4 +1,5 @@
-"""A new user's first hour: offline datasets, typos, --help, progress during long rounds, report tables."""
+"""A new user's first hour: offline datasets, typos, --help, the bare command, progress during long rounds, report
+tables."""
 import fcntl
 import io
 import os
@@ -14,6 +15,7 @@ from urllib.error import URLError
 import numpy as np
 import pytest
 
+import main
 from helpers import REPO, main_command
 from dataset.utils.raw_data import DownloadError
 from dataset.utils.torchvision_splits import load_torchvision
@@ -24,7 +26,7 @@ from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
 from reporting.tables import markdown_table
 from utils import progress
-from app.options import build_parser, check_model_name
+from app.options import QUICKSTART, build_parser, check_model_name, parse_args
 from utils.result_utils import result_path, write_results
 
 # Every proxy variable pointed at a port where nothing listens: a download fails at once, whether or not
@@ -172,6 +174,19 @@ def test_the_readme_algorithm_table_follows_the_registry_grouping():
     assert list(rows) == [group for group in groups if group in rows]
     for group, names in rows.items():
         assert names and names == [n for n in groups[group] if n in names], group
+
+
+# ----- a bare command ----------------------------------------------------------------------------------
+def test_no_flag_at_all_runs_the_quickstart_and_any_flag_keeps_pfllibs_defaults(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(main, "run", ran.append)
+    assert main.main([]) == 0
+    assert ran[0] == parse_args(list(QUICKSTART))
+    assert (ran[0].algorithm, ran[0].dataset, ran[0].global_rounds) == ("FedLAG", "Digits-iid-lg4", 100)
+    assert "running the quickstart, python system/main.py -algo FedLAG" in capsys.readouterr().out
+    assert main.main(["-gr", "3"]) == 0
+    assert (ran[1].algorithm, ran[1].dataset, ran[1].num_clients, ran[1].global_rounds) == ("FedAvg", "Digits", 20, 3)
+    assert "quickstart" not in capsys.readouterr().out
 
 
 # ----- item 5: progress inside a round ----------------------------------------------------------------

@@ -10,7 +10,7 @@ from helpers import REPO
 from flcore.algorithm_flags import SOURCE, AlgorithmFlags
 from flcore.hyperparameters import FedProxParams, PFedMeParams
 from flcore.registry import ALGORITHMS
-from app.options import build_parser, parse_args
+from app.options import build_parser, flag_defaults, parse_args
 
 
 @pytest.mark.parametrize("text,expected", [("False", False), ("false", False), ("0", False), ("no", False),
@@ -65,7 +65,10 @@ def test_unknown_names_list_the_valid_ones_and_exit_non_zero(flag, value, listed
 
 
 def test_shared_hyperparameter_and_lag_flags_keep_their_names_and_defaults():
-    defaults = {a.option_strings[0]: a.default for a in build_parser()._actions if a.option_strings}
+    """PFLlib's defaults, which a flag left out stands for in a record (its command line reads None there, for
+    the chosen algorithm's own default to fill in)."""
+    defaults = {a.option_strings[0]: flag_defaults()[a.dest] for a in build_parser()._actions if a.option_strings
+                and a.dest != "help"}
     assert {flag: defaults[flag] for flag in ("-bt", "-lam", "-mu", "-K", "-lrp", "-M", "-alk", "-sg", "-al", "-pls",
                                              "-tau", "-fte", "-slr", "-et", "-s", "-p", "-mo", "-klw")} == {
         "-bt": 0.0, "-lam": 1.0, "-mu": 0.0, "-K": 5, "-lrp": 0.01, "-M": 5, "-alk": 1.0, "-sg": 1.0, "-al": 1.0,
@@ -84,11 +87,17 @@ def test_the_run_record_holds_every_flag_in_command_line_order():
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_every_algorithm_reads_shared_flags_with_their_one_default(name):
+def test_every_algorithm_reads_shared_flags_at_its_own_or_pfllibs_default(name):
+    """A field without its own default reads PFLlib's; the flags of a run that leaves every one out give each
+    field its default."""
     declared = ALGORITHMS[name].hyperparameters
-    taken = declared.from_flags(AlgorithmFlags())
+    pfllib = declared.from_flags(AlgorithmFlags())
+    own = declared.own_defaults()
     for f in fields(declared):
-        assert getattr(taken, f.name) == f.default == getattr(AlgorithmFlags(), f.metadata[SOURCE]), f.name
+        assert getattr(pfllib, f.name) == getattr(AlgorithmFlags(), f.metadata[SOURCE]), f.name
+        if f.metadata[SOURCE] not in own:
+            assert f.default == getattr(AlgorithmFlags(), f.metadata[SOURCE]), f.name
+    assert declared.from_flags(AlgorithmFlags.for_algorithm(declared, {})) == declared()
 
 
 def test_an_algorithm_refuses_a_shared_flag_naming_it_with_its_own_meaning():
