@@ -113,7 +113,7 @@ def grouping_scaling() -> None:
 
         def one_round():
             profiles.observe({0: updates}, range(clients), personal=(0,))
-            profiles.groups(0)
+            profiles.groups_of(0)
         print(f"{clients:>8}{best_time(one_round):>10.4f}")
 
 

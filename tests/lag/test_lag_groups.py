@@ -7,8 +7,8 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.lag import LagSettings
 from flcore.lag.conflict import Layer
-from flcore.lag.groups import (MIN_UPLOADS, UpdateProfiles, add_unit_updates, agreeing_groups, group_members,
-                               profile_cosines, sample_weighted_average)
+from flcore.lag.groups import (MIN_UPLOADS, UpdateProfiles, add_updates, agreeing_groups, group_members,
+                               leave_conflicting, profile_cosines, sample_weighted_average)
 from flcore.lag.selector import LayerSelector, random_layers
 from utils.result_utils import read_results
 from helpers import original_and_restored_twin, play_round, results_file, server_for, state_equal, train
@@ -17,12 +17,12 @@ GROUPS = ("-algo", "FedLAG", "--lag_share", "groups")
 
 
 # ----- the pure functions ---------------------------------------------------------------------------------
-def test_profiles_add_unit_updates_and_count_them():
+def test_profiles_sum_the_updates_and_count_them():
     profiles, counts = torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, dtype=torch.int64)
-    add_unit_updates(profiles, counts, torch.tensor([[3.0, 4.0], [0.0, 0.0]]), [2, 0])
-    add_unit_updates(profiles, counts, torch.tensor([[0.0, -2.0]]), [2])
-    assert torch.allclose(profiles[2], torch.tensor([0.6, 0.8 - 1.0], dtype=torch.float64), rtol=0, atol=1e-15)
-    assert torch.equal(profiles[0], torch.zeros(2, dtype=torch.float64))  # a zero update has no direction
+    add_updates(profiles, counts, torch.tensor([[3.0, 4.0], [0.0, 0.0]]), [2, 0])
+    add_updates(profiles, counts, torch.tensor([[0.5, -2.0]]), [2])
+    assert torch.equal(profiles[2], torch.tensor([3.5, 2.0], dtype=torch.float64))
+    assert torch.equal(profiles[0], torch.zeros(2, dtype=torch.float64))  # a zero update carries nothing
     assert counts.tolist() == [0, 0, 2]
 
 
@@ -66,10 +66,24 @@ def test_groups_follow_the_profiles_and_wait_for_enough_uploads():
         updates = torch.cat([up, up, down, down])
         profiles.observe({1: updates}, [0, 1, 2, 3], personal=(1,))
         expected = [0, 0, 2, 2] if round_ == MIN_UPLOADS - 1 else [0, 1, 2, 3]
-        assert profiles.groups(1).tolist() == expected
-    assert profiles.groups(0).tolist() == [0, 1, 2, 3]     # a shared layer has no profiles
-    profiles.observe({}, [], personal=(0,))                 # layer 1 returns to shared: its profiles go
-    assert set(profiles.profiles) == set() and profiles.groups(1).tolist() == [0, 1, 2, 3]
+        assert profiles.groups_of(1).tolist() == expected
+    assert profiles.groups_of(0).tolist() == [0, 1, 2, 3]     # a shared layer has no profiles
+    profiles.observe({}, [], personal=(0,))                   # layer 1 returns to shared: its profiles go
+    assert set(profiles.profiles) == set() and profiles.groups_of(1).tolist() == [0, 1, 2, 3]
+
+
+def test_a_group_holds_until_a_member_conflicts_with_it():
+    """Between the two thresholds nothing changes: a group formed above 0.5 holds while its cosines sit
+    between 0 and 0.5, which would not form it afresh; a member below 0 (xi) on average leaves it."""
+    cos = torch.tensor([[1.0, 0.3, 0.2], [0.3, 1.0, -0.4], [0.2, -0.4, 1.0]])
+    seen = torch.ones(3, 3, dtype=torch.bool).fill_diagonal_(False)
+    assert agreeing_groups(cos, seen, 0.5).tolist() == [0, 1, 2]                          # afresh: alone
+    assert agreeing_groups(cos, seen, 0.5, torch.tensor([0, 0, 2])).tolist() == [0, 0, 2]  # {0, 1} holds
+    # In {0, 1, 2}: means 0.25, -0.05, -0.1: client 2 leaves, then {0, 1} (0.3 >= 0) holds.
+    assert leave_conflicting(torch.tensor([0, 0, 0]), cos, seen, 0.0).tolist() == [0, 0, 2]
+    # Ties of the lowest mean: the higher id leaves.
+    tie = torch.tensor([[1.0, 0.6, 0.6], [0.6, 1.0, -0.2], [0.6, -0.2, 1.0]])   # means 0.6, 0.2, 0.2
+    assert leave_conflicting(torch.tensor([0, 0, 0]), tie, seen, 0.5).tolist() == [0, 0, 2]
 
 
 def test_sample_weighted_average_by_hand():
@@ -81,7 +95,7 @@ def test_sample_weighted_average_by_hand():
 
 # ----- on a real server -----------------------------------------------------------------------------------
 def _force_groups(server, monkeypatch, labels):
-    monkeypatch.setattr(server.lag_profiles, "groups", lambda layer: torch.tensor(labels))
+    monkeypatch.setattr(server.lag_profiles, "groups_of", lambda layer: torch.tensor(labels))
 
 
 def test_a_group_holds_the_sample_weighted_average_of_its_members_copies(data_dir, tmp_path, monkeypatch):

@@ -77,14 +77,15 @@ def test_a_personal_layer_gives_way_only_on_enough_evidence():
     assert choose((0,), 1, 2.0) == (2,)       # c leads a by 3 > 2
     assert choose((0,), 1, 4.0) == (1,)       # only b's lead of 5 is above 4
     assert choose((1,), 1, 2.0) == (1,)       # c leads b by 1 only
-    assert choose((), 2, 9.0) == (1, 2)       # free places fill at once, whatever the margin
+    assert choose((), 2, 9.0) == (1, 2)       # layers that conflict on average take free places at once
     assert choose((), 4, 0.0) == (0, 1, 2)    # d has no conflicting pair: never chosen
     assert choose((0,), 0, 0.0) == ()
     # A challenger whose updates agree on average (mean cosine above xi) displaces nothing, whatever its
-    # lead: it may fill a free place, but replacing a personal layer takes a layer in conflict.
+    # lead; it fills a free place only when it leads the next lowest by the margin (c leads b by 1).
     agreeing = torch.tensor([0.5, 0.2, 0.1, 0.3], dtype=torch.float64)
     assert choose((0,), 1, 2.0, agreeing) == (0,)
-    assert choose((), 1, 2.0, agreeing) == (2,)
+    assert choose((), 1, 2.0, agreeing) == ()
+    assert choose((), 1, 0.5, agreeing) == (2,)
 
 
 def test_a_tie_in_round_0_cannot_lock_a_layer_in():

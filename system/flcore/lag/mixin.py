@@ -88,7 +88,7 @@ class LayerConflictMixin:
         self.lag_selector = LayerSelector(self.lag, candidates, base_method,
                                           self._lag_own_personal_layers(client, candidates), seed=self._lag_seed())
         if self.lag.share == "groups":
-            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine)
+            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine, self.lag.xi)
         self._lag_say_notes()
 
     def _lag_seed(self) -> int:
@@ -155,7 +155,7 @@ class LayerConflictMixin:
         self.lag_profiles.observe(updates, list(self._lag_scored), self.lag_personal)
         groups = torch.full((len(self.lag_layers), self.lag_profiles.num_clients), -1, dtype=torch.int64)
         for layer in self.lag_personal:
-            groups[layer] = self.lag_profiles.groups(layer)
+            groups[layer] = self.lag_profiles.groups_of(layer)
         self._lag_group_history.append(groups)
 
     def aggregate_parameters(self):
@@ -304,7 +304,7 @@ class LayerConflictMixin:
         self._lag_unscored_before = int(state["unscored_before"])
         groups = state.get("groups")
         if self.lag.share == "groups" and groups is not None and groups["profiles"] is not None:
-            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine)
+            self.lag_profiles = UpdateProfiles(len(self.clients), self.lag.group_cosine, self.lag.xi)
             self.lag_profiles.load_state_dict(groups["profiles"])
             self._lag_group_history = [g.clone() for g in groups["history"]]
         self._lag_columns, self._lag_spans = None, []  # rebuilt from the layers at the next upload

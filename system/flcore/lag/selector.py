@@ -94,8 +94,11 @@ def evidence_choice(means: torch.Tensor, eligible: torch.Tensor, lead, current: 
     """The personal set after one update of the evidence.
 
     ``means``: each layer's accumulated mean cosine; ``eligible``: the layers with a conflicting pair;
-    ``lead(a, b)``: standard errors by which layer a's cosines lie below layer b's. Free places fill with
-    the eligible layers of lowest mean. A challenger replaces the incumbent of highest mean only when its
+    ``lead(a, b)``: standard errors by which layer a's cosines lie below layer b's. A free place fills with
+    the eligible layer of lowest mean when the evidence names it: its updates conflict on average (mean
+    below ``xi``), or its lead over the next lowest exceeds ``margin``; otherwise it stays free (the base
+    method's behaviour) until the evidence separates them, so a difference of one round's noise between
+    layers that all agree on average never decides. A challenger replaces the incumbent of highest mean only when its
     own updates conflict on average (mean below ``xi``) and its lead over the incumbent exceeds
     ``margin``: once personal, a layer's updates start from each client's own copy and agree more, so a
     shared layer that merely agrees a little less would otherwise win in the end on that drift alone.
@@ -106,10 +109,14 @@ def evidence_choice(means: torch.Tensor, eligible: torch.Tensor, lead, current: 
     rank = lambda i: (float(means[i]), i)  # noqa: E731 - most opposed first, then the earlier layer
     chosen = [i for i in current if i < len(means)][:k]
     challengers = sorted((i for i in range(len(means)) if i not in chosen and bool(eligible[i])), key=rank)
-    for challenger in challengers:
+    for place, challenger in enumerate(challengers):
         if len(chosen) < k:
-            chosen.append(challenger)
-            continue
+            runner_up = challengers[place + 1] if place + 1 < len(challengers) else None
+            if float(means[challenger]) < xi or runner_up is None or lead(challenger, runner_up) > margin:
+                chosen.append(challenger)
+                continue
+            break  # the lowest is not named yet: the next lowest is no better named
+
         weakest = max(chosen, key=rank)
         if float(means[challenger]) < xi and rank(challenger) < rank(weakest) and lead(challenger, weakest) > margin:
             chosen[chosen.index(weakest)] = challenger
