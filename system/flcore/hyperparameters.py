@@ -174,6 +174,10 @@ class FedFomoParams(Hyperparameters):
     models_per_client: int = reads("M", "the number of models each FedFomo client downloads", minimum=1)
 
 
+@dataclass(frozen=True)
+class FedMTLParams(Hyperparameters):
+    relationship_weight: float = reads("lamda", "FedMTL's weight of the task-relationship regulariser", minimum=0)
+
 # ----- clustered ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class IFCAParams(Hyperparameters):
