@@ -17,7 +17,7 @@ from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams
                                     FedFomoParams, FedGHParams, FedLCParams, FedNTDParams, FedPACParams,
                                     FedPHPParams, FedProtoParams, FedProxParams, FedRepParams, GPFLParams,
                                     IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
-from flcore.hyperparameters import FedMTLParams
+from flcore.hyperparameters import APPLEParams, FedMTLParams
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -110,6 +110,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                              group=PERSONAL_COPIES, hyperparameters=FedFomoParams),
     "FedMTL": AlgorithmSpec("servermtl:FedMTL", head_split=False, shares_parameters=True,
                             group=PERSONAL_COPIES, hyperparameters=FedMTLParams),
+    "APPLE": AlgorithmSpec("serverapple:APPLE", head_split=False, shares_parameters=True,
+                           group=PERSONAL_COPIES, hyperparameters=APPLEParams),
     "IFCA": AlgorithmSpec("serverifca:IFCA", head_split=True, shares_parameters=True, group=CLUSTERED,
                           no_lag_reason=CLUSTER_MODELS_ONLY.format("IFCA"), hyperparameters=IFCAParams),
     "CFL": AlgorithmSpec("servercfl:CFL", head_split=True, shares_parameters=True, group=CLUSTERED,
