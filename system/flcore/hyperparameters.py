@@ -57,6 +57,11 @@ class FedPACParams(Hyperparameters):
     alignment_weight: float = reads("lamda", "FedPAC's feature-alignment weight", minimum=0)
 
 
+@dataclass(frozen=True)
+class PFLDAParams(Hyperparameters):
+    head_pull: float = reads("lamda", "PFL-DA's pull of the personal head towards the global one", minimum=0)
+
+
 # ----- regularised and full-model methods ---------------------------------------------------------------
 @dataclass(frozen=True)
 class FedProxParams(Hyperparameters):
