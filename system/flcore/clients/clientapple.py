@@ -10,10 +10,10 @@ server sent them (``core_models``, stacked along a client axis, only while it tr
     theta_i <- theta_i - eta_1 * p_ii * grad CE(theta_hat_i)
     p_ij    <- p_ij - eta_2 * (<grad CE(theta_hat_i), theta_j> + mu_r (p_ij - p0_j))
 
-with eta_2 = ``-dlr`` and mu_r the server's faded ``-mu``. eta_1 is ``-lr`` times the number of clients, as
-in PFLlib: p_ii starts near 1/N, so without it a core model would learn N times slower than a FedAvg model
-at the same ``-lr``. The personalised model, formed at the end of each local training, is what the client
-reports.
+with eta_2 = ``-dlr`` and mu_r the server's faded ``-mu``. eta_1 is ``-lr`` times the number of clients N, as
+in PFLlib: p_ii starts at the client's share of the samples, 1/N on average, so without it a core model would
+learn about N times slower than a FedAvg model at the same ``-lr``. The personalised model, formed at the end
+of each local training, is what the client reports.
 """
 from __future__ import annotations
 
