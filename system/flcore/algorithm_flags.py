@@ -64,6 +64,10 @@ class AlgorithmFlags:
     layer_idx: int = shared_flag("-p", "--layer_idx", default=2, help="FedALA")
     momentum: float = shared_flag("-mo", "--momentum", default=0.1, help="FedDBE")
     kl_weight: float = shared_flag("-klw", "--kl_weight", default=0.0, help="FedDBE")
+    dr_learning_rate: float = shared_flag("-dlr", "--dr_learning_rate", default=0.0,
+                                          help="APPLE: learning rate of the directed relationships")
+    L: float = shared_flag("-L", "--L", default=1.0,
+                           help="APPLE: the fraction of -gr over which the pull of the relationships towards p0 fades")
     # The clustered-FL baselines' own (not PFLlib's).
     num_clusters: int = shared_flag("-ncs", "--num_clusters", default=4,
                              help="IFCA: cluster models, i.e. the number of client groups assumed")

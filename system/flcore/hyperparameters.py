@@ -57,6 +57,11 @@ class FedPACParams(Hyperparameters):
     alignment_weight: float = reads("lamda", "FedPAC's feature-alignment weight", minimum=0)
 
 
+@dataclass(frozen=True)
+class PFLDAParams(Hyperparameters):
+    head_pull: float = reads("lamda", "PFL-DA's pull of the personal head towards the global one", minimum=0)
+
+
 # ----- regularised and full-model methods ---------------------------------------------------------------
 @dataclass(frozen=True)
 class FedProxParams(Hyperparameters):
@@ -172,6 +177,23 @@ class FedAMPParams(Hyperparameters):
 @dataclass(frozen=True)
 class FedFomoParams(Hyperparameters):
     models_per_client: int = reads("M", "the number of models each FedFomo client downloads", minimum=1)
+
+
+@dataclass(frozen=True)
+class FedMTLParams(Hyperparameters):
+    relationship_weight: float = reads("lamda", "FedMTL's weight of the task-relationship regulariser", minimum=0)
+
+
+@dataclass(frozen=True)
+class APPLEParams(Hyperparameters):
+    # PFLlib's -dlr 0 never moves the relationships and its -mu 0 drops their pull towards p0, so APPLE would be a
+    # fixed sample-weighted mixture. The authors' code (ljaiverson/pFL-APPLE, utils/utils.py): lr_coef 0.001, mu 0.1.
+    relationship_learning_rate: float = reads("dr_learning_rate", "APPLE's learning rate of the directed "
+                                              "relationships; 0 keeps them at p0", minimum=0, default=0.001)
+    relationship_pull: float = reads("mu", "APPLE's weight of the pull of the relationships towards p0", minimum=0,
+                                     default=0.1)
+    pull_fraction: float = reads("L", "the fraction of -gr over which APPLE's pull towards p0 fades", minimum=0,
+                                 maximum=1)
 
 
 # ----- clustered ------------------------------------------------------------------------------------------

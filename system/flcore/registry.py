@@ -17,6 +17,7 @@ from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams
                                     FedFomoParams, FedGHParams, FedLCParams, FedNTDParams, FedPACParams,
                                     FedPHPParams, FedProtoParams, FedProxParams, FedRepParams, GPFLParams,
                                     IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
+from flcore.hyperparameters import APPLEParams, FedMTLParams, PFLDAParams
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -77,6 +78,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                            no_lag_reason="FedGH clients upload class prototypes, not parameters, so there "
                                          "are no client updates of shared layers to compare",
                            hyperparameters=FedGHParams),
+    "PFL-DA": AlgorithmSpec("serverda:PFL_DA", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
+                            hyperparameters=PFLDAParams),
     "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True, group=REGULARISED,
                              hyperparameters=FedProxParams),
     "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True, group=REGULARISED,
@@ -107,6 +110,10 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             group=PERSONAL_COPIES, hyperparameters=FedAMPParams),
     "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
                              group=PERSONAL_COPIES, hyperparameters=FedFomoParams),
+    "FedMTL": AlgorithmSpec("servermtl:FedMTL", head_split=False, shares_parameters=True,
+                            group=PERSONAL_COPIES, hyperparameters=FedMTLParams),
+    "APPLE": AlgorithmSpec("serverapple:APPLE", head_split=False, shares_parameters=True,
+                           group=PERSONAL_COPIES, hyperparameters=APPLEParams),
     "IFCA": AlgorithmSpec("serverifca:IFCA", head_split=True, shares_parameters=True, group=CLUSTERED,
                           no_lag_reason=CLUSTER_MODELS_ONLY.format("IFCA"), hyperparameters=IFCAParams),
     "CFL": AlgorithmSpec("servercfl:CFL", head_split=True, shares_parameters=True, group=CLUSTERED,

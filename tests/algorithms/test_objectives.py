@@ -25,7 +25,7 @@ from utils.errors import ConfigError, RunError
 
 # Flags that switch each regulariser on (their defaults may leave it at 0 on these runs).
 ACTIVE = {"FedProx": ("-mu", "0.1"), "FedDyn": ("-al", "0.1"), "FedNTD": ("-bt", "1"), "MOON": ("-mu", "1"),
-          "FedLC": ("-tau", "1")}
+          "FedLC": ("-tau", "1"), "FedMTL": ("-lam", "1")}
 CLIENTS, ROWS = 3, 8
 
 

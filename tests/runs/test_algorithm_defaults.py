@@ -18,7 +18,8 @@ from utils.result_utils import read_results, result_path
 # The weight that makes each method itself, and PFLlib's shared default that set it to nothing (or refused it).
 SWITCHED_ON = {"Ditto": "pull_weight", "FedProx": "prox_weight", "MOON": "contrastive_weight",
                "FedNTD": "distillation_weight", "FedDBE": "mean_weight", "pFedMe": "server_mixing",
-               "PerAvg": "meta_step_size", "FedPHP": "inheritance_ceiling", "FedCAC": "threshold_rounds"}
+               "PerAvg": "meta_step_size", "FedPHP": "inheritance_ceiling", "FedCAC": "threshold_rounds",
+               "APPLE": "relationship_learning_rate"}
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
@@ -71,8 +72,9 @@ def test_every_algorithm_reads_each_shared_flag_at_most_once():
 
 def test_help_lists_each_algorithms_own_default_beside_the_shared_flag():
     helps = {a.option_strings[0]: " ".join(a.help.split()) for a in build_parser()._actions if a.option_strings}
-    assert helps["-mu"].endswith("(default: 0.0, or the algorithm's own: GPFL 0.1, FedProx 0.01, MOON 1, "
-                                 "Ditto 1, FedPHP 0.9)")
+    assert helps["-mu"].startswith("proximal or contrastive weight")
+    assert "(default: 0.0, or the algorithm's own: GPFL 0.1, FedProx 0.01, MOON 1, Ditto 1, FedPHP 0.9" in helps["-mu"]
+    assert helps["-dlr"].endswith("(default: 0.0, or the algorithm's own: APPLE 0.001)")
     assert "pFedMe 1, PerAvg 0.001" in helps["-bt"]
     assert helps["-M"].endswith("(default: 5)")  # FedFomo takes PFLlib's
 
