@@ -38,6 +38,7 @@ SUPPORTED = [
     ("FedCAC", ("-bt", "1")), ("FedGH", ()), ("FedFomo", ()), ("IFCA", ("-ncs", "2")),
     ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")),
     ("FedRep+LAG", ("--lag_top_k", "2")), ("FedProx+LAG", ("-mu", "0.1")),
+    ("FedGC", ()), ("FedPCL", ()),
 ]
 
 
