@@ -218,11 +218,12 @@ def perturb_all_clients(server) -> None:
                     tensor.add_(0.01 * (client.id + 1))
 
 
-def assert_lag_composes(server, k: int = 2, private=None) -> set:
+def assert_lag_composes(server, k: int = 2, private=None, sent_back=frozenset()) -> set:
     """Check an ``X+LAG`` server: after a round, at most ``k`` of X's shared layers are personal (``k``:
     the extra layers, i.e. ``--lag_top_k`` minus the layers X keeps personal itself), and a broadcast
     leaves every client's LAG-personal tensors, X's own non-shared tensors and ``private(client)``
-    (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical.
+    (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical. ``sent_back``:
+    non-shared tensors the server keeps a copy of and sends each client its own of (FedGC's head).
 
     Returns the set of LAG-personal names (the tensors of at most k layers; layers without any conflict
     are never chosen).
@@ -248,7 +249,7 @@ def assert_lag_composes(server, k: int = 2, private=None) -> set:
     server.send_models()
     for client in server.clients:
         state = named_tensors(client.model)
-        own = set(state) - uploaded  # what X itself never shares
+        own = set(state) - uploaded - set(sent_back)  # what X itself never shares
         assert state_equal(state, before[client.id], personal | own), f"client {client.id}"
         assert state_equal(private(client), before_private[client.id]), f"client {client.id} private state"
     return personal

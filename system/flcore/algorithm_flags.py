@@ -81,6 +81,14 @@ class AlgorithmFlags:
     cfl_linkage: str = shared_flag("--cfl_linkage", default="complete", choices=("complete", "single"), help=(
         "CFL's bipartition: complete linkage (the authors' code) or single linkage (the smallest largest "
         "similarity across the parts, the paper's stated optimum)"))
+    # FedGen's generator (PFLlib's flags).
+    noise_dim: int = shared_flag("-nd", "--noise_dim", default=512, help="FedGen: noise width of the feature generator")
+    generator_learning_rate: float = shared_flag("-glr", "--generator_learning_rate", default=0.005,
+                                                 help="FedGen: Adam learning rate of the feature generator")
+    hidden_dim: int = shared_flag("-hd", "--hidden_dim", default=512, help="FedGen: hidden width of the feature generator")
+    server_epochs: int = shared_flag("-se", "--server_epochs", default=1000, help="FedGen: generator steps per round")
+    localize_feature_extractor: bool = shared_flag("-lf", "--localize_feature_extractor", default=False, help=(
+        "FedGen: share the head only; each client keeps its feature extractor"))
 
     @classmethod
     def for_algorithm(cls, hyperparameters: Type["Hyperparameters"],

@@ -62,6 +62,14 @@ class PFLDAParams(Hyperparameters):
     head_pull: float = reads("lamda", "PFL-DA's pull of the personal head towards the global one", minimum=0)
 
 
+@dataclass(frozen=True)
+class FedGCParams(Hyperparameters):
+    # The server's step on the clients' class embeddings, W <- W - lamda * lr * grad Reg(W) (Niu and Deng, AAAI
+    # 2022); PFLlib's -lam 1 makes it as large as a local step. 0 switches the correction off.
+    server_step_scale: float = reads("lamda", "FedGC's server step on the class embeddings, in units of -lr",
+                                     minimum=0)
+
+
 # ----- regularised and full-model methods ---------------------------------------------------------------
 @dataclass(frozen=True)
 class FedProxParams(Hyperparameters):
@@ -118,6 +126,20 @@ class FedCACParams(Hyperparameters):
     threshold_rounds: float = reads("beta", "how fast FedCAC's collaboration threshold rises: it reaches the "
                                     "largest overlap after beta rounds", above=0, hint="the authors use e.g. -bt 170",
                                     default=170)
+
+
+@dataclass(frozen=True)
+class FedGenParams(Hyperparameters):
+    # The authors' MNIST configuration (zhuangdizhu/FedGen, utils/model_config.py and servers/serverpFedGen.py):
+    # noise 32, hidden 256, Adam at 3e-4, 50 generator steps a round (10 epochs of 5 teacher iterations).
+    # PFLlib's: 512, 512, 0.005 and 1000.
+    noise_dim: int = reads("noise_dim", "FedGen's noise width", minimum=1, default=32)
+    hidden_dim: int = reads("hidden_dim", "FedGen's generator hidden width", minimum=1, default=256)
+    generator_learning_rate: float = reads("generator_learning_rate", "FedGen's generator learning rate", above=0,
+                                           default=3e-4)
+    generator_steps: int = reads("server_epochs", "FedGen's generator steps per round; 0 never trains it, which "
+                                 "leaves FedAvg", minimum=0, default=50)
+    local_feature_extractor: bool = reads("localize_feature_extractor", "FedGen's local feature extractor")
 
 
 # ----- personalised copies --------------------------------------------------------------------------------
@@ -222,3 +244,10 @@ class FedProtoParams(Hyperparameters):
 @dataclass(frozen=True)
 class FDParams(Hyperparameters):
     distillation_weight: float = reads("lamda", "FD's distillation weight")
+
+
+@dataclass(frozen=True)
+class FedPCLParams(Hyperparameters):
+    # The authors' temperature (yuetan031/FedPCL, lib/update.py: ConLoss(temperature=0.07)); PFLlib's -tau 1 makes
+    # every cosine similarity count about alike.
+    temperature: float = reads("tau", "FedPCL's temperature", above=0, default=0.07)

@@ -18,6 +18,7 @@ from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams
                                     FedPHPParams, FedProtoParams, FedProxParams, FedRepParams, GPFLParams,
                                     IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
 from flcore.hyperparameters import APPLEParams, FedMTLParams, PFLDAParams
+from flcore.hyperparameters import FedGCParams, FedGenParams, FedPCLParams
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -80,6 +81,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                            hyperparameters=FedGHParams),
     "PFL-DA": AlgorithmSpec("serverda:PFL_DA", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
                             hyperparameters=PFLDAParams),
+    "FedGC": AlgorithmSpec("servergc:FedGC", head_split=True, shares_parameters=True, group=LAYER_SPLIT,
+                           hyperparameters=FedGCParams),
     "FedProx": AlgorithmSpec("serverprox:FedProx", head_split=False, shares_parameters=True, group=REGULARISED,
                              hyperparameters=FedProxParams),
     "FedDyn": AlgorithmSpec("serverdyn:FedDyn", head_split=False, shares_parameters=True, group=REGULARISED,
@@ -96,6 +99,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             hyperparameters=FedALAParams),
     "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True, group=REGULARISED,
                             hyperparameters=FedCACParams),
+    "FedGen": AlgorithmSpec("servergen:FedGen", head_split=True, shares_parameters=True, group=REGULARISED,
+                            hyperparameters=FedGenParams),
     "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
                            hyperparameters=DittoParams),
     "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
@@ -127,6 +132,10 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                         no_lag_reason="FD shares per-class logits, not parameters, so there are no layers "
                                       "to personalise",
                         hyperparameters=FDParams),
+    "FedPCL": AlgorithmSpec("serverpcl:FedPCL", head_split=True, shares_parameters=False, group=KNOWLEDGE_SHARING,
+                            no_lag_reason="FedPCL shares class prototypes, not parameters, so there are no "
+                                          "layers to personalise",
+                            hyperparameters=FedPCLParams),
 }
 
 

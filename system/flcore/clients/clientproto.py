@@ -42,9 +42,10 @@ def prototype_loss(features: torch.Tensor, labels: torch.Tensor, prototypes: Cla
 
 
 def fill_missing(prototypes: ClassVectors, own: ClassVectors) -> ClassVectors:
-    """``prototypes``, with ``own``'s vector for every class that ``prototypes`` lacks and ``own`` holds."""
+    """``prototypes``, with ``own``'s vector for every class that ``prototypes`` lacks and ``own`` holds (both
+    (C, D) with (C,) presence, or stacked alike: (..., C, D) with (..., C))."""
     take = own.present & ~prototypes.present
-    vectors = torch.where(take.unsqueeze(1), own.vectors.to(prototypes.vectors), prototypes.vectors)
+    vectors = torch.where(take.unsqueeze(-1), own.vectors.to(prototypes.vectors), prototypes.vectors)
     return ClassVectors(vectors, prototypes.present | own.present)
 
 

@@ -32,18 +32,22 @@ class ClassVectorServer(Server):
     def global_class_vectors(self) -> ClassVectors:
         return ClassVectors(self.global_vectors, self.global_present)
 
+    def class_vector_payload(self) -> ClassVectors:
+        """What every client receives (``client.receive_class_vectors``): the global class vectors here."""
+        return self.global_class_vectors()
+
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
         clients = super().set_clients(ids)
         # Clients created after training started (-nnc) receive the current global vectors at once:
         # FedProto's new clients classify by them.
         if hasattr(self, "global_vectors"):
-            received = self.global_class_vectors()
+            received = self.class_vector_payload()
             for client in clients:
                 client.receive_class_vectors(received)
         return clients
 
     def send_models(self) -> None:
-        received = self.global_class_vectors()
+        received = self.class_vector_payload()
         for client in self.clients:
             client.receive_class_vectors(received)
 
