@@ -17,6 +17,7 @@ from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams
                                     FedFomoParams, FedGHParams, FedLCParams, FedNTDParams, FedPACParams,
                                     FedPHPParams, FedProtoParams, FedProxParams, FedRepParams, GPFLParams,
                                     IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
+from flcore.hyperparameters import FedCrossParams, FedKDParams, FMLParams
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -93,6 +94,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             hyperparameters=FedALAParams),
     "FedCAC": AlgorithmSpec("servercac:FedCAC", head_split=False, shares_parameters=True, group=REGULARISED,
                             hyperparameters=FedCACParams),
+    "FedCross": AlgorithmSpec("servercross:FedCross", head_split=True, shares_parameters=True, group=REGULARISED,
+                              hyperparameters=FedCrossParams),
     "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
                            hyperparameters=DittoParams),
     "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
@@ -107,6 +110,10 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             group=PERSONAL_COPIES, hyperparameters=FedAMPParams),
     "FedFomo": AlgorithmSpec("serverfomo:FedFomo", head_split=False, shares_parameters=True,
                              group=PERSONAL_COPIES, hyperparameters=FedFomoParams),
+    "FML": AlgorithmSpec("serverfml:FML", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
+                         hyperparameters=FMLParams),
+    "FedKD": AlgorithmSpec("serverkd:FedKD", head_split=True, shares_parameters=True, group=PERSONAL_COPIES,
+                           hyperparameters=FedKDParams),
     "IFCA": AlgorithmSpec("serverifca:IFCA", head_split=True, shares_parameters=True, group=CLUSTERED,
                           no_lag_reason=CLUSTER_MODELS_ONLY.format("IFCA"), hyperparameters=IFCAParams),
     "CFL": AlgorithmSpec("servercfl:CFL", head_split=True, shares_parameters=True, group=CLUSTERED,
