@@ -89,6 +89,21 @@ class AlgorithmFlags:
     server_epochs: int = shared_flag("-se", "--server_epochs", default=1000, help="FedGen: generator steps per round")
     localize_feature_extractor: bool = shared_flag("-lf", "--localize_feature_extractor", default=False, help=(
         "FedGen: share the head only; each client keeps its feature extractor"))
+    # FedKD's (PFLlib's names and defaults).
+    mentee_learning_rate: float = shared_flag("-mlr", "--mentee_learning_rate", default=0.005,
+                                              help="FedKD: the shared mentee's learning rate (the mentor takes -lr)")
+    T_start: float = shared_flag("-Ts", "--T_start", default=0.95, help=(
+        "FedKD: the share of an update's energy (squared singular values) its low-rank form keeps in round 0"))
+    T_end: float = shared_flag("-Te", "--T_end", default=0.98,
+                               help="FedKD: ... in the last round (the share rises linearly in between)")
+    # FedCross's (PFLlib's names, spelling included, and defaults).
+    first_stage_bound: int = shared_flag("-fsb", "--first_stage_bound", default=0,
+                                         help="FedCross: rounds 0 .. fsb-1 are FedAvg rounds")
+    fedcross_alpha: float = shared_flag("-ca", "--fedcross_alpha", default=0.99, help=(
+        "FedCross: the weight a middleware model keeps of itself when fused with its collaborator"))
+    collaberative_model_select_strategy: int = shared_flag(
+        "-cmss", "--collaberative_model_select_strategy", default=1, choices=(0, 1, 2),
+        help="FedCross's collaborator: 0 the next model in turn, 1 the least similar, 2 the most similar")
 
     @classmethod
     def for_algorithm(cls, hyperparameters: Type["Hyperparameters"],

@@ -142,6 +142,17 @@ class FedGenParams(Hyperparameters):
     local_feature_extractor: bool = reads("localize_feature_extractor", "FedGen's local feature extractor")
 
 
+@dataclass(frozen=True)
+class FedCrossParams(Hyperparameters):
+    # PFLlib's values: alpha 0.99 (where the paper's dynamic alpha ends) and the least similar collaborator (the
+    # paper's choice; Hu et al., arXiv 2210.08285).
+    first_stage_rounds: int = reads("first_stage_bound", "FedCross's FedAvg rounds before cross-aggregation",
+                                    minimum=0)
+    self_weight: float = reads("fedcross_alpha", "the weight a FedCross middleware model keeps of itself",
+                               minimum=0, maximum=1)
+    collaborator_strategy: int = reads("collaberative_model_select_strategy", "how FedCross picks a collaborator")
+
+
 # ----- personalised copies --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DittoParams(Hyperparameters):
@@ -216,6 +227,29 @@ class APPLEParams(Hyperparameters):
                                      default=0.1)
     pull_fraction: float = reads("L", "the fraction of -gr over which APPLE's pull towards p0 fades", minimum=0,
                                  maximum=1)
+
+
+@dataclass(frozen=True)
+class FMLParams(Hyperparameters):
+    # PFLlib's -al 1 leaves the local model, which FML reports, out of the mutual learning (Local training), and
+    # its -bt 0 trains the meme model on the local model's predictions alone. Shen et al. (2020, arXiv
+    # 2006.16765) weigh cross-entropy and distillation equally in both losses: alpha = beta = 0.5.
+    local_ce_weight: float = reads("alpha", "FML's weight of cross-entropy in the local model's loss (the rest "
+                                   "distils from the meme model)", minimum=0, maximum=1, default=0.5)
+    meme_ce_weight: float = reads("beta", "FML's weight of cross-entropy in the meme model's loss (the rest "
+                                  "distils from the local model)", minimum=0, maximum=1, default=0.5)
+
+
+@dataclass(frozen=True)
+class FedKDParams(Hyperparameters):
+    # PFLlib's values are the paper's (Wu et al., Nature Communications 2022: T from 0.95 to 0.98); the paper
+    # trains mentor and mentee at one learning rate, as -mlr 0.005 does at PFLlib's -lr 0.005.
+    mentee_learning_rate: float = reads("mentee_learning_rate", "FedKD's learning rate of the shared mentee",
+                                        above=0)
+    energy_start: float = reads("T_start", "the share of an update's energy FedKD keeps in round 0", above=0,
+                                maximum=1)
+    energy_end: float = reads("T_end", "the share of an update's energy FedKD keeps in the last round", above=0,
+                              maximum=1)
 
 
 # ----- clustered ------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from flcore.hyperparameters import (APFLParams, CFLParams, DittoParams, FDParams
                                     IFCAParams, MOONParams, PerAvgParams, PFedMeParams, SCAFFOLDParams)
 from flcore.hyperparameters import APPLEParams, FedMTLParams, PFLDAParams
 from flcore.hyperparameters import FedGCParams, FedGenParams, FedPCLParams
+from flcore.hyperparameters import FedCrossParams, FedKDParams, FMLParams
 from utils.errors import UserError
 from utils.names import unknown_name_message
 
@@ -101,6 +102,8 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             hyperparameters=FedCACParams),
     "FedGen": AlgorithmSpec("servergen:FedGen", head_split=True, shares_parameters=True, group=REGULARISED,
                             hyperparameters=FedGenParams),
+    "FedCross": AlgorithmSpec("servercross:FedCross", head_split=True, shares_parameters=True, group=REGULARISED,
+                              hyperparameters=FedCrossParams),
     "Ditto": AlgorithmSpec("serverditto:Ditto", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
                            hyperparameters=DittoParams),
     "APFL": AlgorithmSpec("serverapfl:APFL", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
@@ -119,6 +122,10 @@ ALGORITHMS: Dict[str, AlgorithmSpec] = {
                             group=PERSONAL_COPIES, hyperparameters=FedMTLParams),
     "APPLE": AlgorithmSpec("serverapple:APPLE", head_split=False, shares_parameters=True,
                            group=PERSONAL_COPIES, hyperparameters=APPLEParams),
+    "FML": AlgorithmSpec("serverfml:FML", head_split=False, shares_parameters=True, group=PERSONAL_COPIES,
+                         hyperparameters=FMLParams),
+    "FedKD": AlgorithmSpec("serverkd:FedKD", head_split=True, shares_parameters=True, group=PERSONAL_COPIES,
+                           hyperparameters=FedKDParams),
     "IFCA": AlgorithmSpec("serverifca:IFCA", head_split=True, shares_parameters=True, group=CLUSTERED,
                           no_lag_reason=CLUSTER_MODELS_ONLY.format("IFCA"), hyperparameters=IFCAParams),
     "CFL": AlgorithmSpec("servercfl:CFL", head_split=True, shares_parameters=True, group=CLUSTERED,

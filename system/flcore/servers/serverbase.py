@@ -39,9 +39,11 @@ from utils.metrics import Summary, summarize
 from utils.seeding import sampler_rng
 
 
-def validation_accuracy(clients: Sequence[Client]) -> float:
-    """Sample-weighted accuracy over the clients' validation sets (``--val_ratio``)."""
-    stats = [c.test_metrics(c.val_data) for c in clients if c.val_data is not None]
+def validation_accuracy(clients: Sequence[Client], model_of: Optional[Callable[[Client], nn.Module]] = None) -> float:
+    """Sample-weighted accuracy over the clients' validation sets (``--val_ratio``), of each client's
+    evaluation model or of ``model_of(client)``."""
+    stats = [c.test_metrics(c.val_data, None if model_of is None else model_of(c))
+             for c in clients if c.val_data is not None]
     total = sum(s.num_samples for s in stats)
     return sum(s.correct for s in stats) / total if total else float("nan")
 
@@ -259,7 +261,7 @@ class Server:
         if prefix == "rs":
             self.record("rs_eval_round", self.current_round)
             if self.config.val_ratio > 0:
-                self.record("rs_val_acc", validation_accuracy(clients))
+                self.record("rs_val_acc", validation_accuracy(clients, model_of))
         return summary
 
     def record(self, name: str, value) -> None:
