@@ -225,13 +225,17 @@ def assert_lag_composes(server, k: int = 2, private=None, sent_back=frozenset())
     (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical. ``sent_back``:
     non-shared tensors the server keeps a copy of and sends each client its own of (FedGC's head).
 
-    Returns the set of LAG-personal names (the tensors of at most k layers; layers without any conflict
-    are never chosen).
+    Plays up to four rounds, until the evidence names a layer. Returns the set of LAG-personal names (the
+    tensors of at most k layers; layers without any conflict are never chosen).
     """
     import copy
     from flcore.aggregation import named_tensors
     assert server.lag_selector.extra == k, (server.lag_selector.own_personal, server.lag.top_k)
-    play_round(server)
+    # A free place fills only once the evidence names a layer, which one round may not.
+    for _ in range(4):
+        play_round(server)
+        if server.lag_personal:
+            break
     candidates = {n for layer in server.lag_layers for n in layer.tensors}
     personal = set(server.lag_personal_names())
     assert 1 <= len(server.lag_personal) <= k, server.lag_personal
