@@ -39,7 +39,7 @@ SUPPORTED = [
     ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")),
     ("FedMTL", ()),
     ("FedRep+LAG", ("--lag_top_k", "2")), ("FedProx+LAG", ("-mu", "0.1")),
-    ("FedGC", ()), ("FedPCL", ()),
+    ("FedGC", ()), ("FedPCL", ()), ("FedCross", ("-jr", "1")),
 ]
 
 
