@@ -32,7 +32,7 @@ COMMON = ("-data", "Digits", "-gr", "3", "-dev", "cpu", "--threads", "1")
 # weights), multi-stage training, -cdr drop-out, FedLAG's last_batch signal and the batched engine.
 # (The flags after a name are those a method needs on this small run: tests/conftest.py METHOD_FLAGS.)
 WIDE = (("FedPAC",), ("FedAS",), ("FedAS+LAG",), ("FedGH",), ("FedFomo",), ("FedCP",), ("FD",),
-        ("PerAvg", "-bt", "0.05"), ("pFedMe", "-bt", "1", "-K", "2"), ("FedRep",), ("FedDyn",), ("Local",),
+        ("PerAvg", "-bt", "0.05"), ("pFedMe", "-bt", "1", "-K", "2", "-lam", "1", "-lrp", "0.01"), ("FedRep",), ("FedDyn",), ("Local",),
         ("FedCAC", "-bt", "1"), ("FedPHP", "-lam", "0.1"), ("APFL",), ("FedAMP", "-alk", "0.1", "-lam", "0.1"),
         ("GPFL",), ("FedDBE",), ("FedROD+LAG",), ("Ditto", "-cdr", "0.3"),
         ("FedLAG", "--lag_signal", "last_batch", "-jr", "0.6"), ("FedPer", "-m", "DNN", "--executor", "batched"))
