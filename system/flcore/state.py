@@ -167,6 +167,29 @@ def check_attrs(owner: Any, saved: Any, names, where: str = "") -> None:
         check_value(getattr(owner, name, None), saved[name], prefix + name)
 
 
+def check_server_state(server: Any, state: object, extra: dict) -> None:
+    """Raise :class:`StateError` unless ``state`` (a server's ``get_state()`` output) fits ``server``: its
+    declared attributes only, one state per client (each checked against the client's declared
+    attributes), ``extra`` (a mixin's state by key, with its live value) of the live structure, tensors of
+    the live shapes. Changes nothing."""
+    if not isinstance(state, dict):
+        raise StateError("server: expected a dict of attributes")
+    state = dict(state)
+    clients = state.pop("clients", None)
+    if not isinstance(clients, list) or len(clients) != len(server.clients):
+        found = f"{len(clients)}" if isinstance(clients, list) else "none"
+        raise StateError(f"server.clients: {len(server.clients)} client states expected, {found} found")
+    for client, client_state in zip(server.clients, clients):
+        check_attrs(client, client_state, client.state_names(), f"clients[{client.id}]")
+    for key, template in extra.items():
+        if key in state:
+            saved = state.pop(key)
+            if not isinstance(saved, dict) or set(saved) != set(template):
+                raise StateError(f"server.{key}: expected the entries {sorted(template)}")
+            check_value(template, saved, f"server.{key}")
+    check_attrs(server, state, server.state_names(), "server")
+
+
 def import_attrs(owner: Any, saved: dict, names) -> None:
     """Restore the attributes ``names`` of ``owner`` from ``saved`` (an :func:`export_attrs` output).
 

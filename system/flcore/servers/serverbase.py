@@ -31,7 +31,7 @@ from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
 from flcore.lag.settings import LagSettings
-from flcore.state import StateError, check_attrs, check_value, export_attrs, import_attrs
+from flcore.state import check_server_state, export_attrs, import_attrs
 from utils import progress
 from utils.client_data import client_splits
 from utils.datasets import DatasetInfo
@@ -244,9 +244,8 @@ class Server:
 
     # ----- evaluation --------------------------------------------------------------------------
     def evaluation_clients(self) -> List[Client]:
-        """The clients an evaluation measures unless told which: every client, or with ``--eval_clients K``
-        (K below -nc) the same K clients at every evaluation, drawn once from the run's seed on a stream
-        of their own, so that training draws exactly what it draws without the option."""
+        """Every client, or with ``--eval_clients K`` the same K at every evaluation, drawn once from the
+        seed on a stream of their own (training draws what it draws without the option)."""
         wanted = self.config.eval_clients
         if not wanted or wanted >= len(self.clients):
             return self.clients
@@ -316,24 +315,9 @@ class Server:
         return state
 
     def check_state(self, state: object) -> None:
-        """Raise :class:`StateError` unless ``state`` (a :meth:`get_state` output) fits this server: the
-        declared attributes only, one state per client, tensors of the live shapes. Changes nothing."""
-        if not isinstance(state, dict):
-            raise StateError("server: expected a dict of attributes")
-        state = dict(state)
-        clients = state.pop("clients", None)
-        if not isinstance(clients, list) or len(clients) != len(self.clients):
-            found = f"{len(clients)}" if isinstance(clients, list) else "none"
-            raise StateError(f"server.clients: {len(self.clients)} client states expected, {found} found")
-        for client, client_state in zip(self.clients, clients):
-            check_attrs(client, client_state, client.state_names(), f"clients[{client.id}]")
-        for key, template in self._extra_state().items():
-            if key in state:
-                saved = state.pop(key)
-                if not isinstance(saved, dict) or set(saved) != set(template):
-                    raise StateError(f"server.{key}: expected the entries {sorted(template)}")
-                check_value(template, saved, f"server.{key}")
-        check_attrs(self, state, self.state_names(), "server")
+        """Raise :class:`~flcore.state.StateError` unless ``state`` (a :meth:`get_state` output) fits this
+        server; changes nothing."""
+        check_server_state(self, state, self._extra_state())
 
     def _extra_state(self) -> dict:
         """State that a mixin adds to :meth:`get_state` under its own key, with its live value (the
@@ -351,8 +335,7 @@ class Server:
 
     # ----- results -----------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:
-        """Everything saved to the run's .h5; subclasses and mixins extend it. With ``--eval_clients``, the
-        ids of the clients every evaluation measured (``rs_eval_clients``)."""
+        """Everything saved to the run's .h5 (``rs_eval_clients`` under ``--eval_clients``); subclasses extend it."""
         arrays = {name: np.asarray(values) for name, values in self.history.items()}
         if len(self.evaluation_clients()) < len(self.clients):
             arrays["rs_eval_clients"] = np.asarray([c.id for c in self.evaluation_clients()], dtype=np.int64)
