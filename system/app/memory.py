@@ -16,8 +16,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-# Bytes per stored input value: float32 images, vectors and sensor windows; int64 token ids.
-BYTES_PER_INPUT = {"tokens": 8}
+# Bytes per stored input value: one-byte codes for images (utils/pixel_codes.py), int64 token ids, float32
+# vectors and sensor windows.
+BYTES_PER_INPUT = {"image": 1, "tokens": 8}
 DEFAULT_BYTES_PER_INPUT = 4
 
 

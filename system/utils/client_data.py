@@ -2,7 +2,8 @@
 
 PFLlib rebuilds a Python list of per-sample tensors and a DataLoader on every ``train()`` and
 ``evaluate()`` call; here each client's arrays are read once into two tensors (on the training
-device) and a batch is one indexed gather.
+device) and a batch is one indexed gather. Images are kept as one-byte codes and decoded per batch
+(:mod:`utils.pixel_codes`): a quarter of the float32 memory, and the very same floats in every batch.
 """
 from __future__ import annotations
 
@@ -12,24 +13,41 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from dataset.utils.client_files import client_file, content_hash, declared_limits
+from dataset.utils.client_files import IMAGE_INPUTS, client_file, content_hash, declared_limits
 from utils.datasets import DatasetError, DatasetInfo, read_client_file
 from utils.dataset_hints import rebuild_command
 from utils.input_kinds import file_inputs_problem, inputs_tensor
 from utils.paths import display_path
+from utils.pixel_codes import image_codes
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
 class ClientData:
-    """One client's split: ``x`` (N x C x H x W float32 images, or N x L int64 token ids) and ``y`` (N
-    int64), on one device."""
+    """One client's split, on one device: ``y`` (N int64 labels) and ``x``, the inputs as stored in memory:
+    the model's inputs themselves (N x C x H x W float32 images, N x L int64 token ids, N x D float32
+    vectors), or, with a ``palette``, uint8 codes of images whose values are ``palette[code]``
+    (:mod:`utils.pixel_codes`), decoded per batch. Batches are always the model's inputs."""
     x: torch.Tensor
     y: torch.Tensor
+    palette: Optional[torch.Tensor] = None  # (at most 256,) float32 when ``x`` holds codes
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
+
+    def inputs(self, stored: torch.Tensor) -> torch.Tensor:
+        """Rows of :attr:`x` (an index or a slice of it) as the model takes them."""
+        return stored if self.palette is None else self.palette[stored.long()]
+
+    def rows(self, index) -> "ClientData":
+        """The samples at ``index`` (a slice, a boolean mask or positions), stored as these are."""
+        return ClientData(self.x[index], self.y[index], self.palette)
+
+    def stored_bytes(self) -> int:
+        """Bytes this split holds in memory (inputs as stored, labels, palette)."""
+        palette = 0 if self.palette is None else self.palette.numel() * self.palette.element_size()
+        return self.x.numel() * self.x.element_size() + self.y.numel() * self.y.element_size() + palette
 
     def train_batches(self, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
         """Shuffled minibatches, dropping the last incomplete one (PFLlib's train loader).
@@ -41,12 +59,12 @@ class ClientData:
         stop = max(n - batch_size + 1, 1)
         for start in range(0, stop, batch_size):
             index = order[start:start + batch_size]
-            yield self.x[index], self.y[index]
+            yield self.inputs(self.x[index]), self.y[index]
 
     def eval_batches(self, batch_size: int = 512) -> Iterator[Batch]:
         """Consecutive slices, no shuffling: evaluation order does not matter."""
         for start in range(0, len(self), batch_size):
-            yield self.x[start:start + batch_size], self.y[start:start + batch_size]
+            yield self.inputs(self.x[start:start + batch_size]), self.y[start:start + batch_size]
 
     def split_off(self, fraction: float, seed: Sequence[int]) -> Tuple["ClientData", "ClientData"]:
         """``(rest, held out)``: ``round(fraction * N)`` samples drawn by ``seed`` are held out (at least
@@ -57,7 +75,7 @@ class ClientData:
         held = np.zeros(n, dtype=bool)
         held[np.random.default_rng(list(seed)).choice(n, size=count, replace=False)] = True
         keep = torch.as_tensor(~held, device=self.y.device)
-        return ClientData(self.x[keep], self.y[keep]), ClientData(self.x[~keep], self.y[~keep])
+        return self.rows(keep), self.rows(~keep)
 
 
 def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torch.device, *,
@@ -100,8 +118,15 @@ def load_client_data(info: DatasetInfo, client_id: int, split: str, device: torc
     if split == "train" and few_shot > 0:
         keep = _first_per_label(y, few_shot)
         x, y = x[keep], y[keep]
-    x_t = inputs_tensor(x, info.input_kind, channels_last)
-    return ClientData(x_t.to(device), torch.as_tensor(y.astype(np.int64)).to(device))
+    labels = torch.as_tensor(y.astype(np.int64)).to(device)
+    coded = image_codes(x) if info.input_kind == IMAGE_INPUTS else None
+    if coded is None:
+        return ClientData(inputs_tensor(x, info.input_kind, channels_last).to(device), labels)
+    codes, palette = coded
+    codes_t = torch.as_tensor(codes)
+    if channels_last:  # laid out as the float images would be, so every batch has their strides
+        codes_t = codes_t.contiguous(memory_format=torch.channels_last)
+    return ClientData(codes_t.to(device), labels, torch.as_tensor(palette.copy()).to(device))
 
 
 # Seeds the choice of each client's --val_ratio samples (with the client id), apart from every other stream.

@@ -14,18 +14,18 @@ def info(train, test, shape=(1, 8, 8), kind="image"):
 def test_the_estimate_by_hand():
     model = nn.Linear(10, 3)                             # 33 float32 values: 132 bytes
     assert memory.model_bytes(model) == 132
-    data = info([5, 7], [1, 2])                          # 15 samples x (64 x 4 + 8) bytes
-    assert memory.data_bytes(data, 2) == 15 * (64 * 4 + 8)
-    assert memory.data_bytes(data, 1) == 6 * (64 * 4 + 8)  # only the run's clients count
+    data = info([5, 7], [1, 2])                          # 15 samples x (64 one-byte codes + an int64 label)
+    assert memory.data_bytes(data, 2) == 15 * (64 + 8)
+    assert memory.data_bytes(data, 1) == 6 * (64 + 8)    # only the run's clients count
     tokens = info([3], [1], shape=(20,), kind="tokens")
     assert memory.data_bytes(tokens, 1) == 4 * (20 * 8 + 8)
-    assert memory.needed_bytes(model, data, 2) == 3 * 132 + 15 * 264
+    assert memory.needed_bytes(model, data, 2) == 3 * 132 + 15 * 72
 
 
 def test_a_run_that_cannot_fit_is_refused_in_one_line_naming_what_to_change(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
     problem = memory.memory_problem(nn.Linear(10, 3), info([5, 7], [1, 2]), 2, torch.device("cpu"), "MLR")
-    assert problem.startswith("this run needs at least 4.4 KB before round 0 (3 copies of MLR at 132 B each")
+    assert problem.startswith("this run needs at least 1.5 KB before round 0 (3 copies of MLR at 132 B each")
     assert "the cpu has 1.0 KB free; lower -nc, choose a smaller -m" in problem
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # cannot be told: no refusal
     assert memory.memory_problem(nn.Linear(10, 3), info([5, 7], [1, 2]), 2, torch.device("cpu"), "MLR") is None

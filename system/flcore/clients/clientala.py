@@ -103,4 +103,4 @@ class clientALA(Client):
         n = len(self.train_data)
         count = max(1, int(n * self.rand_percent / 100))
         index = torch.randperm(n, generator=self.generator)[:count].to(self.train_data.y.device)
-        return ClientData(self.train_data.x[index], self.train_data.y[index])
+        return self.train_data.rows(index)

@@ -31,7 +31,7 @@ def split_validation(data: ClientData, fraction: float = VALIDATION_FRACTION) ->
     n = len(data)
     held_out = min(max(int(fraction * n), 1), n - 1) if n >= 2 else 0
     cut = n - held_out
-    return ClientData(data.x[:cut], data.y[:cut]), ClientData(data.x[cut:], data.y[cut:])
+    return data.rows(slice(None, cut)), data.rows(slice(cut, None))
 
 
 def fomo_weights(old_loss: float, losses: torch.Tensor, distances: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -141,7 +141,7 @@ def _run_stage(clients, stage: Stage, stacked: StackedModels, loss, extras: Tens
                                  {n: stacked.params[n][a:b] for n in frozen},
                                  {n: stacked.buffers[n][a:b] for n in stacked.buffer_names},
                                  {k: v[a:b] for k, v in extras.items()},
-                                 data.x[index], data.y[index])
+                                 data.inputs(index), data.y[index])
             nonfinite[a:b] |= ~torch.isfinite(values.detach())
             with torch.no_grad():
                 targets = [stacked.params[n][a:b] for n in trained]

@@ -86,7 +86,7 @@ def _outputs(stacked: StackedModels, net: FunctionalNet, data: StackedData, clie
             # A client with fewer rows left repeats its last row; those outputs are dropped below.
             index = first[a:b, None] + torch.minimum(rows[None, :], last[a:b, None])
             out = forward({n: p[a:b] for n, p in params.items()}, {n: t[a:b] for n, t in buffers.items()},
-                          data.x[index])
+                          data.inputs(index))
             for j in range(b - a):
                 client = order[a + j]
                 pieces[client].append(out[j, :min(width, sizes[client] - start)])

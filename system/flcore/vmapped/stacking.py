@@ -53,18 +53,25 @@ class StackedData:
     each client's first row.
 
     Rebuilt only when a client's data tensors are not the ones it was built from (or a client is new),
-    so across rounds the data is gathered once per engine, not once per round.
+    so across rounds the data is gathered once per engine, not once per round. Image codes stay codes
+    when every client's palette is the same (:meth:`inputs` decodes the rows a step reads); otherwise
+    each client's rows are decoded once, here.
     """
 
     def __init__(self, split: str = "train_data"):
         self.split = split
-        self.x = self.y = None
+        self.x = self.y = self.palette = None
         self._rows: Dict[int, int] = {}
-        self._sources: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._sources: Dict[int, Tuple] = {}  # client id -> the (x, y, palette) it was built from
+
+    def inputs(self, index: torch.Tensor) -> torch.Tensor:
+        """The rows ``index`` of the stacked inputs, as the model takes them."""
+        stored = self.x[index]
+        return stored if self.palette is None else self.palette[stored.long()]
 
     def _current(self, client) -> bool:
         source, data = self._sources.get(client.id), getattr(client, self.split)
-        return source is not None and source[0] is data.x and source[1] is data.y
+        return source is not None and all(a is b for a, b in zip(source, (data.x, data.y, data.palette)))
 
     def offsets(self, clients: Sequence, everyone: Sequence = ()) -> List[int]:
         """The first row of each of ``clients``; (re)built over ``everyone`` and ``clients`` when needed."""
@@ -75,14 +82,20 @@ class StackedData:
         return [self._rows[c.id] for c in clients]
 
     def _build(self, clients: Sequence) -> None:
-        self.x = self.y = None  # free the old copy before the new one is made
-        xs = [getattr(c, self.split).x for c in clients]
-        ys = [getattr(c, self.split).y for c in clients]
+        self.x = self.y = self.palette = None  # free the old copy before the new one is made
+        splits = [getattr(c, self.split) for c in clients]
+        palettes = [data.palette for data in splits]
+        common = palettes[0]
+        if common is not None and not all(p is not None and torch.equal(p, common) for p in palettes[1:]):
+            common = None
+        xs = [data.x if common is not None else data.inputs(data.x) for data in splits]
+        ys = [data.y for data in splits]
         x = torch.cat(xs)
         self.x = x.contiguous(memory_format=torch.channels_last) if _channels_last(xs[0]) else x
         self.y = torch.cat(ys)
+        self.palette = common
         self._rows, start = {}, 0
         for client, part in zip(clients, ys):
             self._rows[client.id] = start
             start += int(part.shape[0])
-        self._sources = {c.id: (getattr(c, self.split).x, getattr(c, self.split).y) for c in clients}
+        self._sources = {c.id: (data.x, data.y, data.palette) for c, data in zip(clients, splits)}
