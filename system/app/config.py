@@ -85,6 +85,10 @@ class RunConfig:
     prev: int = flag("-pv", "--prev", default=0, help="first run index")
     times: int = flag("-t", "--times", default=1, help="runs prev..times-1")
     eval_gap: int = flag("-eg", "--eval_gap", default=1, minimum=1, help="evaluate every eg rounds")
+    eval_clients: int = flag("--eval_clients", default=0, minimum=0, help=(
+        "evaluate a fixed sample of this many clients, drawn once from --seed (the same clients at every "
+        "evaluation, listed in the .h5 as rs_eval_clients) instead of every client; training is unchanged "
+        "(0 = every client, as PFLlib)"))
     report_last_k: int = flag("--report_last_k", default=DEFAULT_LAST_K, minimum=1, help=(
         "also report the mean accuracy of the last K evaluations (in the .h5's summary and the end-of-run "
         "line). K counts evaluations, not rounds: with -eg 5 the last 10 evaluations span 50 rounds; a run "

@@ -24,6 +24,15 @@ def sampler_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(_mix(seed, 0))
 
 
+# The stream of --eval_clients' sample, apart from the clients' (1 + id) and the sampler's (0).
+_EVALUATION_STREAM = 2**31 - 1
+
+
+def evaluation_rng(seed: int) -> np.random.Generator:
+    """The generator that draws the clients a run evaluates (``--eval_clients``), once per run."""
+    return np.random.default_rng(_mix(seed, _EVALUATION_STREAM))
+
+
 # Streams of the model initialisations an algorithm draws besides the run's model (IFCA's cluster models),
 # far above the client streams (1 + client id) so that no client count reaches them.
 _MODEL_STREAMS = 2**31

@@ -161,3 +161,31 @@ def test_tensorboard_without_its_package_is_a_clear_error_before_any_round(data_
     with pytest.raises(TensorBoardError, match="pip install tensorboard"):
         train(server)
     assert server.history["rs_test_acc"] == []
+
+
+# ----- --eval_clients ---------------------------------------------------------------------------------
+
+def test_a_sample_of_clients_is_evaluated_the_same_at_every_evaluation_and_training_is_unchanged(data_dir, tmp_path):
+    sampled, arrays, _ = trained(data_dir, tmp_path / "sampled", "-algo", "FedAvg", "--eval_clients", "3")
+    everyone, all_arrays, _ = trained(data_dir, tmp_path / "all", "-algo", "FedAvg")
+    ids = arrays["rs_eval_clients"].tolist()
+    assert len(ids) == 3 == len(set(ids)) and ids == sorted(ids) and set(ids) <= set(range(6))
+    assert [c.id for c in sampled.evaluation_clients()] == ids          # the same clients at every evaluation
+    assert "rs_eval_clients" not in all_arrays and len(everyone.evaluation_clients()) == 6
+    assert arrays["rs_client_acc"].shape == (3, 3) and all_arrays["rs_client_acc"].shape == (3, 6)
+    for name, tensor in everyone.global_model.state_dict().items():   # evaluation draws nothing training draws
+        assert torch.equal(sampled.global_model.state_dict()[name], tensor)
+    np.testing.assert_array_equal(arrays["rs_train_loss"] != all_arrays["rs_train_loss"], [True] * 3)
+
+
+def test_the_sampled_accuracy_is_that_of_the_sampled_clients_alone(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "FedAvg", "--eval_clients", "2", "--seed", "3")
+    chosen = server.evaluation_clients()
+    summary = server.evaluate()
+    stats = [c.test_metrics() for c in chosen]
+    assert summary.accuracy == sum(s.correct for s in stats) / sum(s.num_samples for s in stats)
+    assert [c.id for c in chosen] == [c.id for c in server_for(data_dir, tmp_path / "again", "-algo", "FedAvg",
+                                                               "--eval_clients", "2", "--seed", "3").evaluation_clients()]
+    more = server_for(data_dir, tmp_path / "more", "-algo", "FedAvg", "--eval_clients", "6")
+    assert more.evaluation_clients() is more.clients                    # K >= -nc: every client, nothing recorded
+    assert "rs_eval_clients" not in more.result_arrays()

@@ -30,5 +30,5 @@ class FedBABU(Server):
 
     def finish(self) -> None:
         self.send_models()
-        self.fine_tune_clients(self.clients, self.fine_tuning_epochs)
+        self.fine_tune_clients(self.evaluation_clients(), self.fine_tuning_epochs)  # only the measured need it
         self.evaluate(prefix="rs_finetune")

@@ -36,7 +36,7 @@ from utils import progress
 from utils.client_data import client_splits
 from utils.datasets import DatasetInfo
 from utils.metrics import Summary, summarize
-from utils.seeding import sampler_rng
+from utils.seeding import evaluation_rng, sampler_rng
 
 
 def validation_accuracy(clients: Sequence[Client]) -> float:
@@ -88,6 +88,7 @@ class Server:
         self.upload_weights: List[float] = []
         self.rejected_updates: List[dict] = []              # {"round", "client", "reason"} of each left out
         self._upload_specs: Dict[int, TensorSpec] = {}      # client id -> what its uploads carry
+        self._evaluation_ids: Optional[np.ndarray] = None   # --eval_clients' sample, drawn at first use
 
         self.current_round = 0  # set by the run that drives the rounds
         # Every recorded series, by its name in the .h5 file; algorithms add their own via record().
@@ -240,11 +241,24 @@ class Server:
         """Extra step after the last round (e.g. FedBABU's fine-tuning); nothing by default."""
 
     # ----- evaluation --------------------------------------------------------------------------
+    def evaluation_clients(self) -> List[Client]:
+        """The clients an evaluation measures unless told which: every client, or with ``--eval_clients K``
+        (K below -nc) the same K clients at every evaluation, drawn once from the run's seed on a stream
+        of their own, so that training draws exactly what it draws without the option."""
+        wanted = self.config.eval_clients
+        if not wanted or wanted >= len(self.clients):
+            return self.clients
+        if self._evaluation_ids is None:
+            rng = evaluation_rng(self.config.seed)
+            self._evaluation_ids = np.sort(rng.choice(len(self.clients), size=wanted, replace=False))
+        return [self.clients[i] for i in self._evaluation_ids]
+
     def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs",
                  model_of: Optional[Callable[[Client], nn.Module]] = None) -> Summary:
-        """Sample-weighted test accuracy/AUC over all clients and train loss (PFLLIB.md section 6), of each
-        client's :meth:`~Client.evaluation_model` or of ``model_of(client)`` (Ditto's global model)."""
-        clients = self.clients if clients is None else clients
+        """Sample-weighted test accuracy/AUC and train loss (PFLLIB.md section 6) over ``clients`` (default:
+        :meth:`evaluation_clients`), of each client's :meth:`~Client.evaluation_model` or of
+        ``model_of(client)`` (Ditto's global model)."""
+        clients = self.evaluation_clients() if clients is None else clients
         progress.current().begin("evaluate", len(clients))
         results = self.executor.evaluate_clients(clients, model_of)
         summary = summarize([r.test for r in results], [r.train_loss_sum for r in results],
@@ -335,8 +349,12 @@ class Server:
 
     # ----- results -----------------------------------------------------------------------------
     def result_arrays(self) -> Dict[str, np.ndarray]:
-        """Everything saved to the run's .h5; subclasses and mixins extend it."""
-        return {name: np.asarray(values) for name, values in self.history.items()}
+        """Everything saved to the run's .h5; subclasses and mixins extend it. With ``--eval_clients``, the
+        ids of the clients every evaluation measured (``rs_eval_clients``)."""
+        arrays = {name: np.asarray(values) for name, values in self.history.items()}
+        if len(self.evaluation_clients()) < len(self.clients):
+            arrays["rs_eval_clients"] = np.asarray([c.id for c in self.evaluation_clients()], dtype=np.int64)
+        return arrays
 
     def result_attrs(self) -> Dict[str, object]:
         """What the .h5 records of the run besides its flags; subclasses and mixins extend it."""

@@ -93,7 +93,8 @@ class IFCA(ClusterModelsServer):
     def evaluate(self, clients=None, prefix: str = "rs", model_of=None):
         """Clients that did not choose yet this round choose now, so each is evaluated with its choice."""
         if prefix == "rs":
-            self.place([c for c in self.clients if c.id not in self.chosen])
+            measured = self.evaluation_clients() if clients is None else clients
+            self.place([c for c in measured if c.id not in self.chosen])
         return super().evaluate(clients, prefix, model_of)
 
     def cluster_assignment(self) -> List[int]:

@@ -27,7 +27,7 @@ class PerAvg(Server):
     client_class = clientPerAvg
 
     def evaluate(self, clients: Optional[Sequence[clientPerAvg]] = None, prefix: str = "rs") -> Summary:
-        clients = self.clients if clients is None else clients
+        clients = self.evaluation_clients() if clients is None else clients
         with ExitStack() as adapted:
             for client in clients:
                 adapted.enter_context(client.one_step_adapted())
