@@ -171,13 +171,17 @@ def upload_current_state(server, clients=None) -> None:
 
 
 def uploads_are(server, part) -> bool:
-    """Whether every upload holds exactly ``part(client)``'s tensors, as views of the uploader's own."""
+    """Whether every upload holds exactly ``part(client)``'s tensors (names and bits), and holds the very
+    tensors the uploader keeps: no copy per upload."""
     by_id = {c.id: c for c in server.clients}
     for update in server.uploads:
-        own = named_tensors(part(by_id[update.client_id]))
+        client = by_id[update.client_id]
+        kept = client.module_tensors()  # before part() checks the model out
+        own = named_tensors(part(client))
         if set(update.tensors) != set(own):
             return False
-        if any(t.data_ptr() != own[n].data_ptr() for n, t in update.tensors.items()):
+        if any(not torch.equal(t, own[n]) or t.data_ptr() != kept[update.full_name(n)].data_ptr()
+               for n, t in update.tensors.items()):
             return False
     return bool(server.uploads)
 

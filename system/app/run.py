@@ -71,6 +71,14 @@ def written(what: str, where: Path, write, *args, **kwargs):
         raise WriteFailed(f"cannot write {what} in {display_path(where)} ({err.strerror or err})") from None
 
 
+def between_hooks(server, hook, *args, **kwargs):
+    """``hook(*args, **kwargs)``, then every client's working modules parked: a hook may read any client's
+    modules, and none is held beyond it (:mod:`flcore.clients.parking`)."""
+    result = hook(*args, **kwargs)
+    server.park_clients()
+    return result
+
+
 def stalled(values: Sequence[float], top_cnt: int) -> bool:
     """Auto-break's test (``-ab``): the best value is more than ``top_cnt`` evaluations old."""
     if len(values) <= top_cnt:
@@ -153,14 +161,14 @@ class FederatedRun(Checkpoints):
                 server.current_round = rnd
                 start = time.perf_counter()
                 server.selected_clients = server.select_clients()
-                server.send_models()
-                summary = server.evaluate() if rnd % config.eval_gap == 0 else None
-                server.train_clients(server.selected_clients)
+                between_hooks(server, server.send_models)
+                summary = between_hooks(server, server.evaluate) if rnd % config.eval_gap == 0 else None
+                between_hooks(server, server.train_clients, server.selected_clients)
                 if summary is not None and config.eval_after_training:
-                    server.evaluate(server.selected_clients, prefix="rs_after")
-                server.receive_models()
-                server.aggregate_parameters()
-                server.end_round(rnd)
+                    between_hooks(server, server.evaluate, server.selected_clients, prefix="rs_after")
+                between_hooks(server, server.receive_models)
+                between_hooks(server, server.aggregate_parameters)
+                between_hooks(server, server.end_round, rnd)
                 elapsed = time.perf_counter() - start
                 server.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)
@@ -175,9 +183,9 @@ class FederatedRun(Checkpoints):
                 if stop:
                     reporter.note(f"auto-break: best accuracy unchanged for {config.top_cnt} evaluations")
                     break
-            server.finish()
+            between_hooks(server, server.finish)
             if config.num_new_clients > 0:
-                server.evaluate_new_clients()
+                between_hooks(server, server.evaluate_new_clients)
         except DivergenceError as err:
             raise self.stopped(f"{err} (learning rate {config.local_learning_rate}); lower -lr, or check the "
                                f"data") from None

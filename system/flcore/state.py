@@ -20,11 +20,20 @@ import torch
 from torch import nn
 
 _MODULE, _OPTIMIZER, _SCHEDULER = "__module__", "__optimizer__", "__scheduler__"
+
+
+class ModuleTensors(dict):
+    """A module's ``state_dict`` standing for the module (a client's parked module,
+    :mod:`flcore.clients.parking`): its tensors are never written, so it is exported without copies (a
+    checkpoint stores a tensor that clients share once) and loading gives a new value holding the saved
+    tensors themselves."""
 _GENERATOR, _NP_GENERATOR, _NDARRAY, _TUPLE = "__torch_generator__", "__numpy_generator__", "__ndarray__", "__tuple__"
 
 
 def export_value(value: Any) -> Any:
     """A copy of ``value`` made only of tensors, numbers, strings, lists and dicts."""
+    if isinstance(value, ModuleTensors):
+        return {_MODULE: dict(value)}
     if isinstance(value, nn.Module):
         return {_MODULE: {k: v.detach().clone() for k, v in value.state_dict().items()}}
     if isinstance(value, torch.optim.Optimizer):
@@ -57,6 +66,8 @@ def import_value(current: Any, saved: Any) -> Any:
     if isinstance(saved, dict) and len(saved) == 1:
         (tag, payload), = saved.items()
         if tag == _MODULE:
+            if isinstance(current, ModuleTensors):
+                return ModuleTensors(payload)
             current.load_state_dict(payload)
             return current
         if tag == _OPTIMIZER:
@@ -104,9 +115,10 @@ def check_value(current: Any, saved: Any, where: str) -> None:
     or shape. Containers are compared by their common keys, since their sizes legitimately grow (the
     history) or fill up (optimiser moments, masks that appear after the first round)."""
     tag = _tag_of(saved)
-    if isinstance(current, nn.Module):
+    if isinstance(current, (nn.Module, ModuleTensors)):
         _expect(tag == _MODULE, where, "a model")
-        _check_tensors(current.state_dict(), saved[_MODULE], where, exact_keys=True)
+        live = current if isinstance(current, ModuleTensors) else current.state_dict()
+        _check_tensors(live, saved[_MODULE], where, exact_keys=True)
     elif isinstance(current, torch.optim.Optimizer):
         _expect(tag == _OPTIMIZER and isinstance(saved[_OPTIMIZER], dict), where, "an optimiser state")
         _check_optimizer(current, saved[_OPTIMIZER], where)
@@ -169,8 +181,7 @@ def check_attrs(owner: Any, saved: Any, names, where: str = "") -> None:
 
 def check_server_state(server: Any, state: object, extra: dict) -> None:
     """Raise :class:`StateError` unless ``state`` (a server's ``get_state()`` output) fits ``server``: its
-    declared attributes only, one state per client (each checked against the client's declared
-    attributes), ``extra`` (a mixin's state by key, with its live value) of the live structure, tensors of
+    declared attributes only, one state per client (each checked by the client), ``extra`` (a mixin's state by key, with its live value) of the live structure, tensors of
     the live shapes. Changes nothing."""
     if not isinstance(state, dict):
         raise StateError("server: expected a dict of attributes")
@@ -180,7 +191,7 @@ def check_server_state(server: Any, state: object, extra: dict) -> None:
         found = f"{len(clients)}" if isinstance(clients, list) else "none"
         raise StateError(f"server.clients: {len(server.clients)} client states expected, {found} found")
     for client, client_state in zip(server.clients, clients):
-        check_attrs(client, client_state, client.state_names(), f"clients[{client.id}]")
+        client.check_state(client_state, f"clients[{client.id}]")
     for key, template in extra.items():
         if key in state:
             saved = state.pop(key)

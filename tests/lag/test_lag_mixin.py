@@ -131,13 +131,25 @@ def test_delta_signal_is_the_change_since_the_broadcast(data_dir, tmp_path):
         assert torch.equal(update[name], (param.detach() - start[name]).reshape(-1))
 
 
-def test_last_batch_signal_is_the_gradient_left_by_local_training(data_dir, tmp_path):
+def test_last_batch_signal_is_the_gradient_left_by_local_training(data_dir, tmp_path, monkeypatch):
+    """The gradient each client's last minibatch left on its model when it uploaded (a client parks its
+    model afterwards, and a parked model keeps no .grad)."""
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "--lag_signal", "last_batch")
+    left = {}
+    upload = clientAVG.upload
+
+    def recording_upload(client):
+        left[client.id] = {n: p.grad.clone() for n, p in client.model.named_parameters() if p.grad is not None}
+        return upload(client)
+
+    monkeypatch.setattr(clientAVG, "upload", recording_upload)
     play_round(server)
-    client = server.clients[0]
-    update = server.lag_update_of(client.id)
-    for name, param in client.model.named_parameters():
-        assert param.grad is not None and torch.equal(update[name], param.grad.reshape(-1))
+    assert left
+    for client_id, gradients in left.items():
+        update = server.lag_update_of(client_id)
+        assert set(gradients) == set(update)
+        for name, gradient in gradients.items():
+            assert torch.equal(update[name], gradient.reshape(-1))
 
 
 class BaseOnlyClient(clientAVG):

@@ -16,20 +16,24 @@ Whether ``--executor batched`` can train a client class is declared by the class
 What a client shares is declared, not coded into copy loops: :attr:`shared_path` names the
 sub-module it uploads and receives (``""`` = the whole model, ``"base"`` = the feature extractor
 of a :class:`BaseHeadSplit`), and :meth:`shares` can exclude single tensors (FedBN's norms).
+
+A client holds no model of its own between uses: its modules are parked as tensors, most of them shared
+with other clients (what the server broadcast), and ``self.model`` is a working module checked out
+when read (:mod:`flcore.clients.parking`). Methods use ``self.model`` and their own modules as usual.
 """
 from __future__ import annotations
 
-import copy
 from typing import Callable, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
 
-from flcore.aggregation import copy_into, named_tensors
+from flcore.aggregation import named_tensors
 from flcore.algorithm_flags import Hyperparameters
+from flcore.clients.parking import FrozenTensors, ParkingClient
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
-from flcore.state import export_attrs, import_attrs
+from flcore.state import ModuleTensors, check_attrs, export_value, import_value
 from flcore.training.objective import CrossEntropy, LiveModel, Objective
 from utils.client_data import ClientData
 from utils.metrics import ClientTestStats, test_stats
@@ -50,7 +54,7 @@ class DivergenceError(RuntimeError):
         return type(self), (self.client_id,)
 
 
-class Client:
+class Client(ParkingClient):
     shared_path: str = ""  # sub-module exchanged with the server; "" is the whole model
     # Attributes beyond the model, optimiser, scheduler and generator that carry state from one
     # round to the next (a personal model, control variates, ...). Checkpoints save them and
@@ -76,6 +80,7 @@ class Client:
                  model: nn.Module):
         """``config``: the run's flags (:class:`~app.config.RunConfig`); ``hparams``: what its algorithm takes
         (both set first: ``make_optimizer`` may read them). Ends with :meth:`setup`."""
+        self._start_parking()
         self.config = config
         self.hparams = hparams
         self.id = id
@@ -83,7 +88,7 @@ class Client:
         self.test_data = test_data
         self.train_samples = len(train_data)
         self.test_samples = len(test_data)
-        self.model = copy.deepcopy(model)
+        self.hold_copy("model", model)
         self.loss = nn.CrossEntropyLoss()
         self.optimizer = self.make_optimizer(self.model.parameters())
         self.learning_rate_scheduler = self.make_scheduler(self.optimizer)
@@ -113,8 +118,11 @@ class Client:
 
     def set_parameters(self, broadcast: Mapping[str, torch.Tensor]) -> None:
         """Receive the server's ``broadcast``: tensors by name, relative to :meth:`shared_module` (the global
-        counterpart of what this client shares); copied in, so the client holds its own values."""
-        copy_into(self.shared_module(), broadcast, [n for n in broadcast if self.shares(n)])
+        counterpart of what this client shares). A :class:`~flcore.clients.parking.FrozenTensors` broadcast
+        is shared, not copied, by the clients that leave it unchanged."""
+        prefix = f"{self.shared_path}." if self.shared_path else ""
+        received = {prefix + name: t for name, t in broadcast.items() if self.shares(name)}
+        self.receive_tensors(received, frozen=isinstance(broadcast, FrozenTensors))
 
     def upload(self) -> ClientUpdate:
         """This round's upload: the shared tensors (views, not copies), the last minibatch's gradients,
@@ -135,11 +143,28 @@ class Client:
         return ("model", "optimizer", "learning_rate_scheduler", "generator") + tuple(self.persistent_attrs)
 
     def get_state(self) -> dict:
-        return export_attrs(self, self.state_names())
+        """The attributes of :meth:`state_names` as plain values (parked modules without copies)."""
+        return {name: export_value(self._state_value(name)) for name in self.state_names()}
+
+    def check_state(self, state: object, where: str = "") -> None:
+        """Raise :class:`~flcore.state.StateError` unless ``state`` fits this client; changes nothing."""
+        check_attrs(_StateView(self), state, self.state_names(), where)
 
     def set_state(self, state: dict) -> None:
-        """Load :meth:`get_state`'s output; modules and optimisers are updated in place."""
-        import_attrs(self, state, self.state_names())
+        """Load :meth:`get_state`'s output, checked in full first; modules and optimisers are updated in
+        place, a parked module keeps the saved tensors themselves."""
+        self.check_state(state)
+        for name in self.state_names():
+            value = import_value(self._state_value(name), state[name])
+            if isinstance(value, ModuleTensors):
+                self.load_module_state(name, value)
+            else:
+                setattr(self, name, value)
+
+    def _state_value(self, name: str):
+        """Attribute ``name``, a parked module as its :class:`~flcore.state.ModuleTensors` (not checked out)."""
+        parked = self.module_state(name)
+        return ModuleTensors(parked) if parked is not None else getattr(self, name)
 
     # ----- local training ---------------------------------------------------------------------
     def train(self) -> ClientUpdate:
@@ -219,3 +244,13 @@ class Client:
     def _predict(self, model: nn.Module, data: ClientData) -> Tuple[torch.Tensor, torch.Tensor]:
         outputs = [model(x) for x, _ in data.eval_batches(EVAL_BATCH_SIZE)]
         return torch.cat(outputs), data.y
+
+
+class _StateView:
+    """A client's state attributes as :func:`~flcore.state.check_attrs` reads them, parked modules unread."""
+
+    def __init__(self, client: Client):
+        self._client = client
+
+    def __getattr__(self, name: str):
+        return self._client._state_value(name)

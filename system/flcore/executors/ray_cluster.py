@@ -96,6 +96,7 @@ class RayExecutor:
             slot = client.id % len(self.workers)
             actor = self.workers[slot]
             pending[actor.train.remote(without_data(client))] = (client, slot, actor)
+            client.park()  # Ray has serialised the copy: the working modules go back to the pool
 
         for client in clients:
             submit(client)
@@ -129,6 +130,7 @@ class RayExecutor:
         # Only now, with every client back, does the server's state change (see the class docstring).
         for client in clients:
             client.set_state(trained[client.id][0])
+            client.park()
         return [trained[client.id][1] for client in clients]
 
     def evaluate_clients(self, clients: Sequence[Client],

@@ -18,24 +18,27 @@ _DATA_ATTRS = ("train_data", "test_data", "val_data")
 def evaluate_in_turn(clients: Sequence[Client],
                      model_of: Optional[Callable[[Client], nn.Module]] = None) -> List[ClientEvaluation]:
     """Each client's test statistics and summed train loss, one client after another in this process, of
-    its :meth:`~Client.evaluation_model` or of ``model_of(client)``."""
+    its :meth:`~Client.evaluation_model` or of ``model_of(client)``; each client's modules are parked
+    once it is measured, so one working model serves them all."""
     results = []
     for client in clients:
         model = None if model_of is None else model_of(client)
         test = client.test_metrics(model=model)
         results.append(ClientEvaluation(test, *client.train_metrics(model=model)))
+        client.park()
         progress.current().advance()
     return results
 
 
 class SequentialExecutor:
-    """PFLlib's behaviour: the selected clients train one after another in this process."""
+    """PFLlib's behaviour: the selected clients train one after another in this process, each parked once
+    trained (its update then holds the tensors it keeps)."""
 
     def train(self, clients: Sequence[Client]) -> List[ClientUpdate]:
         progress.current().begin("train", len(clients))
         updates = []
         for client in clients:
-            updates.append(client.train())
+            updates.append(client.release(client.train()))
             progress.current().advance()
         return updates
 
@@ -48,8 +51,12 @@ class SequentialExecutor:
 
 
 def without_data(client: Client) -> Client:
-    """A shallow copy of ``client`` with its data detached: what travels to a worker."""
+    """A shallow copy of ``client`` with its data detached and every module checked out: what travels to a
+    worker (which holds them as plain modules). Park ``client`` again once the copy is sent."""
+    for slot in list(client._parked):
+        getattr(client, slot)
     shipped = copy.copy(client)
+    shipped._start_parking()
     for name in _DATA_ATTRS:
         setattr(shipped, name, None)
     return shipped

@@ -87,7 +87,7 @@ class BatchedExecutor:
                 # As sequentially: the first diverged client in the round's order is the one reported.
                 raise DivergenceError(min(diverged, key=position.__getitem__))
             progress.current().advance(len(group))
-        return [client.upload() for client in clients]
+        return [client.release(client.upload()) for client in clients]
 
     def evaluate_clients(self, clients: Sequence, model_of=None) -> List[ClientEvaluation]:
         """The clients' test statistics and train losses, in groups of ``batch_clients`` (0: all at once)
@@ -108,6 +108,8 @@ class BatchedExecutor:
             results += evaluate_group(clients[group], models[group], net, self.test_data, self.data,
                                       self.server.clients)
             progress.current().advance(len(clients[group]))
+        for client in clients:
+            client.park()
         return results
 
     def _recipe(self, clients: Sequence) -> Recipe:

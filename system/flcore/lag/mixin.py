@@ -41,6 +41,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .client_tensors import model_tensors, write_model_tensors
 from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
 from .groups import UpdateProfiles, group_members, sample_weighted_average
 from .selector import LayerSelector
@@ -66,6 +67,7 @@ class LayerConflictMixin:
         # --lag_share groups: the clients' update profiles, and per round each layer's groups (-1: shared).
         self.lag_profiles: Optional[UpdateProfiles] = None
         self._lag_group_history: List[torch.Tensor] = []
+        self._lag_names_of: Dict[Tuple[str, ...], FrozenSet[str]] = {}  # personal parameters -> with buffers
         clients = getattr(self, "clients", None)
         if clients and callable(getattr(clients[0], "shared_module", None)) \
                 and callable(getattr(clients[0], "upload", None)):
@@ -107,7 +109,7 @@ class LayerConflictMixin:
         own = super().personal_names() if hasattr(super(), "personal_names") else frozenset()
         if not self.lag_personal:
             return own
-        return own | frozenset(self._lag_personal_tensors(self.clients[0]))
+        return own | self._lag_personal_tensor_names()
 
     def send_models(self):
         super().send_models()
@@ -173,13 +175,12 @@ class LayerConflictMixin:
         out is not overwritten by one small uploader's copy, and with every client uploading this is the
         average of the group's uploads."""
         for layer in self.lag_personal:
-            parameters = list(self.lag_layers[layer].tensors)
+            names = list(with_module_buffers(self.clients[0].model, list(self.lag_layers[layer].tensors)))
             for members in group_members(groups[layer]).values():
-                copies = [with_module_buffers(self.clients[i].model, parameters) for i in members]
+                copies = [_only(model_tensors(self.clients[i]), names) for i in members]
                 average = sample_weighted_average(copies, [self.clients[i].train_samples for i in members])
-                for copy in copies:
-                    for name, value in average.items():
-                        copy[name].copy_(value)
+                for i in members:
+                    write_model_tensors(self.clients[i], average)
 
     def _lag_collect_updates(self, uploads: Sequence) -> List[int]:
         """Turn the update matrix's rows into ``h_u`` for the uploads; returns their rows."""
@@ -217,8 +218,9 @@ class LayerConflictMixin:
 
     def _lag_buffer(self, num_rows: int, client) -> torch.Tensor:
         """The (clients x parameters) matrix, reused across rounds when its size allows."""
-        width = max(b for _, b in self._lag_layout(client).values())
-        param = next(client.model.parameters())
+        layout = self._lag_layout(client)
+        width = max(b for _, b in layout.values())
+        param = model_tensors(client)[next(iter(layout))]
         if (self._lag_matrix is None or self._lag_matrix.shape != (num_rows, width)
                 or self._lag_matrix.device != param.device):
             self._lag_matrix = torch.empty(num_rows, width, dtype=param.dtype, device=param.device)
@@ -226,7 +228,8 @@ class LayerConflictMixin:
 
     def _lag_model_parts(self, client) -> List[torch.Tensor]:
         """The client's parameters in layout order, flattened."""
-        return [param.detach().reshape(-1) for param in client.model.parameters()]
+        tensors = model_tensors(client)
+        return [tensors[name].detach().reshape(-1) for name in self._lag_layout(client)]
 
     def _lag_flat_parts(self, update, tensors: State, default: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
         """``tensors`` (an update's parameters or gradients, by name under its ``shared_path``) in layout
@@ -253,9 +256,12 @@ class LayerConflictMixin:
         """Full parameter names currently kept personal."""
         return [] if self.lag_selector is None else self.lag_selector.personal_names()
 
-    def _lag_personal_tensors(self, client) -> State:
-        """Live personal tensors of ``client``: the chosen parameters and their modules' buffers."""
-        return with_module_buffers(client.model, self.lag_personal_names())
+    def _lag_personal_tensor_names(self) -> FrozenSet[str]:
+        """Full names of the personal tensors: the chosen parameters and their modules' buffers."""
+        chosen = tuple(self.lag_personal_names())
+        if chosen not in self._lag_names_of:
+            self._lag_names_of[chosen] = frozenset(with_module_buffers(self.clients[0].model, list(chosen)))
+        return self._lag_names_of[chosen]
 
     def _lag_candidate_layers(self, client, update) -> List[Layer]:
         """Layers built from the parameters an update carries (what the base method shares), in the full
@@ -348,6 +354,10 @@ class LayerConflictMixin:
         attrs = super().result_attrs() if hasattr(super(), "result_attrs") else {}
         attrs["lag"] = asdict(self.lag)
         return attrs
+
+
+def _only(tensors: State, names: Sequence[str]) -> State:
+    return {name: tensors[name] for name in names}
 
 
 _NORMALISATION = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)

@@ -27,6 +27,7 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
+from flcore.clients.parking import frozen_copy_of, rebind
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
@@ -121,14 +122,27 @@ class Server:
 
     # ----- set-up ------------------------------------------------------------------------------
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
-        """Create clients ``ids``, each with its data (read from disk once, laid out for the model)."""
+        """Create clients ``ids``, each with its data (read from disk once, laid out for the model) and its
+        modules parked (:mod:`flcore.clients.parking`)."""
         clients = []
         for i in ids:
             train, test, val = client_splits(self.data_info, i, self.config, self.global_model)
             client = self.client_class(self.config, self.hparams, i, train, test, self.global_model)
             client.val_data = val
+            client.park()
             clients.append(client)
         return clients
+
+    def park_clients(self) -> None:
+        """Park every client's working modules (the round loop does between hooks); this round's updates
+        move onto the tensors their clients keep."""
+        for client in (*self.clients, *self.new_clients):
+            if client.has_live_modules():
+                update = self.trained_updates.get(client.id)
+                moved = client.park()
+                if update is not None and moved:
+                    for part in (update.tensors, update.gradients, update.extras):
+                        rebind(part, moved)
 
     # ----- the round loop ----------------------------------------------------------------------
     def select_clients(self) -> List[Client]:
@@ -164,8 +178,9 @@ class Server:
         return {name: t for name, t in shared.items() if (f"{path}.{name}" if path else name) not in personal}
 
     def send_models(self) -> None:
-        """Every client (selected or not) receives the broadcast, as in PFLlib."""
-        shared = self.broadcast()
+        """Every client (selected or not) receives the broadcast, as in PFLlib: one frozen copy, which the
+        clients share (:mod:`flcore.clients.parking`)."""
+        shared = frozen_copy_of(self.broadcast(), self.client_class.shared_path)
         for client in self.clients:
             client.set_parameters(shared)
 
@@ -216,9 +231,9 @@ class Server:
     def _upload_spec(self, client: Client) -> TensorSpec:
         """The names, shapes and dtypes ``client``'s uploads carry (what it shares), from its own model."""
         if client.id not in self._upload_specs:
-            module = client.shared_module()
-            self._upload_specs[client.id] = tensor_spec({n: t for n, t in named_tensors(module).items()
-                                                         if client.shares(n)})
+            prefix = f"{client.shared_path}." if client.shared_path else ""
+            shared = {n[len(prefix):]: t for n, t in client.module_tensors().items() if n.startswith(prefix)}
+            self._upload_specs[client.id] = tensor_spec({n: t for n, t in shared.items() if client.shares(n)})
         return self._upload_specs[client.id]
 
     def uploader_ids(self) -> List[int]:
@@ -301,6 +316,7 @@ class Server:
         progress.current().begin(stage, len(clients))
         for client in clients:
             client.fine_tune(epochs)
+            client.park()
             progress.current().advance()
 
     # ----- state (checkpoints) -----------------------------------------------------------------
@@ -330,6 +346,7 @@ class Server:
         state = dict(state)
         for client, client_state in zip(self.clients, state.pop("clients")):
             client.set_state(client_state)
+            client.park()
         import_attrs(self, state, self.state_names())
         self._bind_history()
 
