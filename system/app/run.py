@@ -25,6 +25,7 @@ import torch
 from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
 from flcore.clients.clientbase import DivergenceError
+from flcore.clients.parked_modules import rebind
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
@@ -75,8 +76,19 @@ def between_hooks(server, hook, *args, **kwargs):
     """``hook(*args, **kwargs)``, then every client's working modules parked: a hook may read any client's
     modules, and none is held beyond it (:mod:`flcore.clients.parking`)."""
     result = hook(*args, **kwargs)
-    server.park_clients()
+    park_clients(server)
     return result
+
+
+def park_clients(server) -> None:
+    """Park every client's working modules; this round's updates move onto the tensors their clients keep."""
+    for client in (*server.clients, *server.new_clients):
+        if client.has_live_modules():
+            update = server.trained_updates.get(client.id)
+            moved = client.park()
+            if update is not None and moved:
+                for part in (update.tensors, update.gradients, update.extras):
+                    rebind(part, moved)
 
 
 def stalled(values: Sequence[float], top_cnt: int) -> bool:

@@ -28,9 +28,11 @@ def sampler_rng(seed: int) -> np.random.Generator:
 _EVALUATION_STREAM = 2**31 - 1
 
 
-def evaluation_rng(seed: int) -> np.random.Generator:
-    """The generator that draws the clients a run evaluates (``--eval_clients``), once per run."""
-    return np.random.default_rng(_mix(seed, _EVALUATION_STREAM))
+def evaluation_sample(seed: int, clients: int, size: int) -> np.ndarray:
+    """The sorted ids of the ``size`` of ``clients`` clients a run evaluates (``--eval_clients``), drawn
+    once per run on a stream of their own."""
+    rng = np.random.default_rng(_mix(seed, _EVALUATION_STREAM))
+    return np.sort(rng.choice(clients, size=size, replace=False))
 
 
 # Streams of the model initialisations an algorithm draws besides the run's model (IFCA's cluster models),

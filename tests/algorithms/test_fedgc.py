@@ -81,8 +81,9 @@ def test_a_head_that_is_not_finite_is_left_out(data_dir, tmp_path):
     server.send_models()
     server.train_clients(server.selected_clients)
     victim = server.selected_clients[0]
-    with torch.no_grad():
-        victim.model.head.weight[0, 0] = float("nan")
+    poisoned = server.trained_updates[victim.id].extras["class_embeddings"].clone()
+    poisoned[0, 0] = float("nan")
+    server.trained_updates[victim.id].extras["class_embeddings"] = poisoned
     server.receive_models()
     assert victim.id not in server.uploader_ids()
     assert "class embeddings hold a NaN" in server.rejected_updates[0]["reason"]

@@ -30,7 +30,8 @@ from torch import nn
 
 from flcore.aggregation import named_tensors
 from flcore.algorithm_flags import Hyperparameters
-from flcore.clients.parking import FrozenTensors, ParkingClient
+from flcore.clients.parked_modules import FrozenTensors
+from flcore.clients.parking import ParkingClient
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
 from flcore.state import ModuleTensors, check_attrs, export_value, import_value
@@ -132,6 +133,13 @@ class Client(ParkingClient):
         gradients = {name: p.grad.detach() for name, p in module.named_parameters()
                      if p.grad is not None and name in tensors}
         return ClientUpdate(self.id, self.train_samples, tensors, self.shared_path, gradients, self.upload_extras())
+
+    def shared_tensors(self) -> dict:
+        """What this client's uploads carry, by name relative to :meth:`shared_module`, without checking
+        its model out (never write them)."""
+        prefix = f"{self.shared_path}." if self.shared_path else ""
+        shared = {n[len(prefix):]: t for n, t in self.module_tensors().items() if n.startswith(prefix)}
+        return {name: t for name, t in shared.items() if self.shares(name)}
 
     def upload_extras(self) -> dict:
         """What the algorithm uploads besides parameters (a control delta, prototypes, ...), by name."""

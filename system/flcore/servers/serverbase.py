@@ -27,7 +27,7 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
-from flcore.clients.parking import frozen_copy_of, rebind
+from flcore.clients.parked_modules import frozen_copy_of
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
@@ -37,7 +37,7 @@ from utils import progress
 from utils.client_data import client_splits
 from utils.datasets import DatasetInfo
 from utils.metrics import Summary, summarize
-from utils.seeding import evaluation_rng, sampler_rng
+from utils.seeding import evaluation_sample, sampler_rng
 
 
 def validation_accuracy(clients: Sequence[Client], model_of: Optional[Callable[[Client], nn.Module]] = None) -> float:
@@ -101,9 +101,8 @@ class Server:
         self.setup()
 
     def setup(self) -> None:
-        """What an algorithm adds once the base server and its clients are built: its hyper-parameters
-        as attributes (``self.hparams``), its own state. Overriding ``__init__`` is needed only for work
-        that must come first (e.g. wrapping the model)."""
+        """What an algorithm adds once the base server and its clients are built (it reads ``self.hparams``).
+        Overriding ``__init__`` is needed only for work that must come first (e.g. wrapping the model)."""
 
     def _bind_history(self) -> None:
         """PFLlib's attribute names for the three classic series."""
@@ -122,8 +121,7 @@ class Server:
 
     # ----- set-up ------------------------------------------------------------------------------
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
-        """Create clients ``ids``, each with its data (read from disk once, laid out for the model) and its
-        modules parked (:mod:`flcore.clients.parking`)."""
+        """Create clients ``ids``, each with its data (read once, laid out for the model), modules parked."""
         clients = []
         for i in ids:
             train, test, val = client_splits(self.data_info, i, self.config, self.global_model)
@@ -132,17 +130,6 @@ class Server:
             client.park()
             clients.append(client)
         return clients
-
-    def park_clients(self) -> None:
-        """Park every client's working modules (the round loop does between hooks); this round's updates
-        move onto the tensors their clients keep."""
-        for client in (*self.clients, *self.new_clients):
-            if client.has_live_modules():
-                update = self.trained_updates.get(client.id)
-                moved = client.park()
-                if update is not None and moved:
-                    for part in (update.tensors, update.gradients, update.extras):
-                        rebind(part, moved)
 
     # ----- the round loop ----------------------------------------------------------------------
     def select_clients(self) -> List[Client]:
@@ -178,8 +165,7 @@ class Server:
         return {name: t for name, t in shared.items() if (f"{path}.{name}" if path else name) not in personal}
 
     def send_models(self) -> None:
-        """Every client (selected or not) receives the broadcast, as in PFLlib: one frozen copy, which the
-        clients share (:mod:`flcore.clients.parking`)."""
+        """Every client (selected or not) receives the broadcast, as in PFLlib: one frozen copy they share."""
         shared = frozen_copy_of(self.broadcast(), self.client_class.shared_path)
         for client in self.clients:
             client.set_parameters(shared)
@@ -231,9 +217,7 @@ class Server:
     def _upload_spec(self, client: Client) -> TensorSpec:
         """The names, shapes and dtypes ``client``'s uploads carry (what it shares), from its own model."""
         if client.id not in self._upload_specs:
-            prefix = f"{client.shared_path}." if client.shared_path else ""
-            shared = {n[len(prefix):]: t for n, t in client.module_tensors().items() if n.startswith(prefix)}
-            self._upload_specs[client.id] = tensor_spec({n: t for n, t in shared.items() if client.shares(n)})
+            self._upload_specs[client.id] = tensor_spec(client.shared_tensors())
         return self._upload_specs[client.id]
 
     def uploader_ids(self) -> List[int]:
@@ -265,8 +249,7 @@ class Server:
         if not wanted or wanted >= len(self.clients):
             return self.clients
         if self._evaluation_ids is None:
-            rng = evaluation_rng(self.config.seed)
-            self._evaluation_ids = np.sort(rng.choice(len(self.clients), size=wanted, replace=False))
+            self._evaluation_ids = evaluation_sample(self.config.seed, len(self.clients), wanted)
         return [self.clients[i] for i in self._evaluation_ids]
 
     def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs",
