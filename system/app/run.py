@@ -25,7 +25,6 @@ import torch
 from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
 from flcore.clients.clientbase import DivergenceError
-from flcore.clients.parked_modules import rebind
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
@@ -84,11 +83,7 @@ def park_clients(server) -> None:
     """Park every client's working modules; this round's updates move onto the tensors their clients keep."""
     for client in (*server.clients, *server.new_clients):
         if client.has_live_modules():
-            update = server.trained_updates.get(client.id)
-            moved = client.park()
-            if update is not None and moved:
-                for part in (update.tensors, update.gradients, update.extras):
-                    rebind(part, moved)
+            client.release(server.trained_updates.get(client.id))
 
 
 def stalled(values: Sequence[float], top_cnt: int) -> bool:

@@ -87,6 +87,11 @@ class ParkingClient:
         swap_parameters(self, swap)
         return module
 
+    def check_out_all(self) -> None:
+        """Check every parked module out (a copy of the client that travels then holds plain modules)."""
+        for slot in list(self._parked):
+            self._check_out(slot)
+
     def is_parked(self, slot: str = "model") -> bool:
         return slot in self._parked
 

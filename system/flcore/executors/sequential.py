@@ -53,8 +53,7 @@ class SequentialExecutor:
 def without_data(client: Client) -> Client:
     """A shallow copy of ``client`` with its data detached and every module checked out: what travels to a
     worker (which holds them as plain modules). Park ``client`` again once the copy is sent."""
-    for slot in list(client._parked):
-        getattr(client, slot)
+    client.check_out_all()
     shipped = copy.copy(client)
     shipped._start_parking()
     for name in _DATA_ATTRS:

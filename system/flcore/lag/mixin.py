@@ -67,7 +67,7 @@ class LayerConflictMixin:
         # --lag_share groups: the clients' update profiles, and per round each layer's groups (-1: shared).
         self.lag_profiles: Optional[UpdateProfiles] = None
         self._lag_group_history: List[torch.Tensor] = []
-        self._lag_names_of: Dict[Tuple[str, ...], FrozenSet[str]] = {}  # personal parameters -> with buffers
+        self._lag_names_of: Dict[Tuple[str, ...], Tuple[str, ...]] = {}  # parameters -> with their buffers
         clients = getattr(self, "clients", None)
         if clients and callable(getattr(clients[0], "shared_module", None)) \
                 and callable(getattr(clients[0], "upload", None)):
@@ -175,7 +175,7 @@ class LayerConflictMixin:
         out is not overwritten by one small uploader's copy, and with every client uploading this is the
         average of the group's uploads."""
         for layer in self.lag_personal:
-            names = list(with_module_buffers(self.clients[0].model, list(self.lag_layers[layer].tensors)))
+            names = self._lag_with_buffers(tuple(self.lag_layers[layer].tensors))
             for members in group_members(groups[layer]).values():
                 copies = [_only(model_tensors(self.clients[i]), names) for i in members]
                 average = sample_weighted_average(copies, [self.clients[i].train_samples for i in members])
@@ -258,10 +258,14 @@ class LayerConflictMixin:
 
     def _lag_personal_tensor_names(self) -> FrozenSet[str]:
         """Full names of the personal tensors: the chosen parameters and their modules' buffers."""
-        chosen = tuple(self.lag_personal_names())
-        if chosen not in self._lag_names_of:
-            self._lag_names_of[chosen] = frozenset(with_module_buffers(self.clients[0].model, list(chosen)))
-        return self._lag_names_of[chosen]
+        return frozenset(self._lag_with_buffers(tuple(self.lag_personal_names())))
+
+    def _lag_with_buffers(self, parameters: Tuple[str, ...]) -> Tuple[str, ...]:
+        """``parameters`` and their modules' buffers, by full name; cached, since reading a client's model
+        checks a working copy out and the structure never changes."""
+        if parameters not in self._lag_names_of:
+            self._lag_names_of[parameters] = tuple(with_module_buffers(self.clients[0].model, list(parameters)))
+        return self._lag_names_of[parameters]
 
     def _lag_candidate_layers(self, client, update) -> List[Layer]:
         """Layers built from the parameters an update carries (what the base method shares), in the full
