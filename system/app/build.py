@@ -8,7 +8,7 @@ import os
 import torch
 
 from app.config import RunConfig
-from app.memory import memory_problem
+from app.memory import memory_problem, state_budget
 from app.options import check_model_name
 from app.run import FederatedRun, run_results_file
 from app.threads import run_threads
@@ -126,10 +126,13 @@ def build_server(config: RunConfig, run: int = 0):
         raise ConfigError(problem)
     if spec.head_split:
         model = split_head(model)
-    problem = memory_problem(model, info, config.num_clients, torch.device(config.device), config.model)
+    device = torch.device(config.device)
+    problem = memory_problem(model, info, config.num_clients, device, config.model, config.state_memory)
     if problem:
         raise ConfigError(problem)
-    return server_class(run_config, hyperparameters(config), run, model, info)
+    server = server_class(run_config, hyperparameters(config), run, model, info)
+    server.state_store.budget = state_budget(model, info, config.num_clients, device, config.state_memory)
+    return server
 
 
 def build_run(config: RunConfig, run: int = 0) -> FederatedRun:

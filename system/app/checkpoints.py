@@ -37,7 +37,9 @@ class Checkpoints:
         """
         payload = {"config": self.config.flags(), "server": self.server.get_state(), "rng": global_rng_state(),
                    "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
-        return save_checkpoint(self.checkpoint_folder(), rnd, payload)
+        path = save_checkpoint(self.checkpoint_folder(), rnd, payload)
+        self.server.state_store.pin(rnd)  # spilled clients are saved as the files they are in: keep those
+        return path
 
     def checkpoint_problem(self, payload: dict) -> Optional[str]:
         """Why ``payload`` cannot continue this run, or None; checked before anything is loaded."""
@@ -93,6 +95,7 @@ class Checkpoints:
                                   f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
                                   f"and rerun with --resume") from None
         self.server.current_round = found.round + 1
+        self.server.state_store.pin(found.round)
         self.loop_done = found.payload.get("loop_done", False)
         notes = [f"skipped {s}" for s in found.skipped]
         threads_note = self._match_checkpoint_threads(found.payload.get("threads"))

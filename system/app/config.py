@@ -22,6 +22,7 @@ from flcore.lag.settings import LagSettings
 from flcore.registry import hyperparameters_of
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR
+from utils.sizes import size_flag
 
 EXECUTORS = ("sequential", "ray", "batched")
 
@@ -133,6 +134,11 @@ class RunConfig:
     ray_timeout: float = flag("--ray_timeout", default=600.0, minimum=0, help=(
         "seconds to wait for the next client back from the Ray workers before the run stops (results so far "
         "kept); 0 waits forever"))
+    state_memory: str = flag("--state_memory", default="auto", type=size_flag, help=(
+        "memory for what clients keep of their own (personal models, heads, control variates), e.g. 2G; "
+        "beyond it the least recently used clients' state goes to checksummed files under the run's "
+        "checkpoint folder and is read back when used, with the same results (auto = half of what the "
+        "device has free once the models and data are counted)"))
     threads: int = flag("--threads", default=0, minimum=0, help=(
         "torch intra-op threads (0 = OMP_NUM_THREADS when exported, else 1: more threads made no model of this "
         "project faster and beside other busy processes much slower, see benchmarks/threads.py); results are "

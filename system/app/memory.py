@@ -1,10 +1,12 @@
-"""Will the run fit? An estimate of the memory a run holds before round 0, checked against what the device
-has free, so that a run too large is refused in one line instead of being killed by the kernel (or dying
-in an allocator traceback) while its clients are built.
+"""Will the run fit? An estimate of the memory a run holds, checked against what the device has free before
+its clients are built, so that a run too large is refused in one line instead of being killed by the
+kernel (or dying in an allocator traceback); and the budget of its client-state store.
 
-The estimate is a floor: every client holds a copy of the model and its train and test data on the
-device, and the server one more copy; methods that keep a second model per client (Ditto, APFL, pFedMe
-...) or optimiser state need more.
+Clients keep only what is their own (:mod:`flcore.clients.parking`): before round 0 a run holds its
+clients' data and a few copies of the model (the server's, the broadcast, the working modules and their
+template), whatever the client count. What clients come to own while training (a personal model, a head,
+control variates) is held up to ``--state_memory`` and spilled to files beyond it
+(:mod:`flcore.clients.state_store`), so it never needs more than that budget.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Optional
 
 import torch
 from torch import nn
+
+from utils.sizes import format_size, parse_size
 
 # Bytes per stored input value: one-byte codes for images (utils/pixel_codes.py), int64 token ids, float32
 # vectors and sensor windows.
@@ -34,10 +38,15 @@ def data_bytes(info, clients: int) -> int:
     return samples * (per_input + 8)
 
 
+# Copies of the model a run holds whatever its client count: the server's, the frozen broadcast, the
+# working modules' template and its spares (flcore/clients/parked_modules.py keeps two).
+MODEL_COPIES = 5
+
+
 def needed_bytes(model: nn.Module, info, clients: int) -> int:
-    """The floor of what a run of ``clients`` clients holds before round 0: one model per client and the
-    server's, and every client's data."""
-    return (clients + 1) * model_bytes(model) + data_bytes(info, clients)
+    """What a run of ``clients`` clients holds before round 0: :data:`MODEL_COPIES` models and every
+    client's data."""
+    return MODEL_COPIES * model_bytes(model) + data_bytes(info, clients)
 
 
 def available_bytes(device: torch.device) -> Optional[int]:
@@ -77,22 +86,31 @@ def _cgroup_available() -> Optional[int]:
         return None
 
 
-def memory_problem(model: nn.Module, info, clients: int, device: torch.device, model_name: str) -> Optional[str]:
+def memory_problem(model: nn.Module, info, clients: int, device: torch.device, model_name: str,
+                   state_memory: str = "auto") -> Optional[str]:
     """One line saying why the run cannot fit, with what to change; None when it fits or cannot be told."""
     available = available_bytes(device)
     if available is None:
         return None
     need = needed_bytes(model, info, clients)
-    if need <= available:
+    if need > available:
+        return (f"this run needs at least {format_size(need)} before round 0 ({MODEL_COPIES} copies of "
+                f"{model_name} at {format_size(model_bytes(model))} each and {format_size(data_bytes(info, clients))} "
+                f"of client data) and the {device.type} has {format_size(available)} free; lower -nc, choose a "
+                f"smaller -m, or run where there is more memory")
+    if state_memory != "auto" and need + parse_size(state_memory) > available:
+        return (f"--state_memory {state_memory} and the run's models and data ({format_size(need)}) exceed the "
+                f"{format_size(available)} the {device.type} has free; lower --state_memory (the clients' state "
+                f"beyond it goes to files), or lower -nc")
+    return None
+
+
+def state_budget(model: nn.Module, info, clients: int, device: torch.device, state_memory: str) -> Optional[int]:
+    """Bytes of own client state kept in memory: ``--state_memory``, or for ``auto`` half of what the device
+    has free beyond the models and data (None, no limit, when that cannot be told)."""
+    if state_memory != "auto":
+        return parse_size(state_memory)
+    available = available_bytes(device)
+    if available is None:
         return None
-    return (f"this run needs at least {_size(need)} before round 0 ({clients + 1} copies of {model_name} at "
-            f"{_size(model_bytes(model))} each, one per client and the server's, and {_size(data_bytes(info, clients))} "
-            f"of client data) and the {device.type} has {_size(available)} free; lower -nc, choose a smaller -m, "
-            f"or run where there is more memory")
-
-
-def _size(count: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"
+    return max((available - needed_bytes(model, info, clients)) // 2, 2 * model_bytes(model))

@@ -25,10 +25,11 @@ import torch
 from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
 from flcore.clients.clientbase import DivergenceError
+from flcore.clients.state_store import StoreError
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
-from utils.checkpoint import has_checkpoints, remove_checkpoints
+from utils.checkpoint import CLIENT_STATE_FOLDER, has_checkpoints, remove_checkpoints
 from utils.errors import RunError
 from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils.progress import RoundReporter
@@ -100,6 +101,7 @@ class FederatedRun(Checkpoints):
     def __init__(self, server):
         self.server = server
         self.config: RunConfig = server.config
+        server.state_store.folder = self.checkpoint_folder() / CLIENT_STATE_FOLDER
         # Set by resume() from a checkpoint taken after the loop had ended (last round, or -ab): the
         # rounds are over and only finish() and the new-client evaluation remain.
         self.loop_done = False
@@ -200,7 +202,10 @@ class FederatedRun(Checkpoints):
             raise self.stopped(str(err), resumable=True) from None
         except RunError as err:  # e.g. a Ray worker lost for good: stop, keeping the rounds done
             raise self.stopped(str(err)) from None
+        except StoreError as err:  # a client's spilled state could not be written or read back
+            raise self.stopped(str(err), resumable=err.resumable) from None
         finally:
+            server.state_store.close(keep_checkpointed=True)  # the rest goes with the checkpoints
             reporter.close()
             if board is not None:
                 try:

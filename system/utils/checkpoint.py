@@ -28,6 +28,8 @@ from utils.errors import UserError, first_line
 from utils.run_identity import EXECUTION_FLAGS, REPORTING_FLAGS
 
 KEEP = 2
+# The client-state store's files (flcore/clients/state_store.py), inside a run's checkpoint folder.
+CLIENT_STATE_FOLDER = "client-state"
 _NAME = re.compile(r"round_(\d+)\.pt$")
 # Flags that change where or how fast a run executes, or how its finished series is summarised; never
 # the series itself.
@@ -187,7 +189,8 @@ def other_checkpoint_folders(folder: Path) -> List[Path]:
 
 
 def remove_checkpoints(folder: Path) -> None:
-    """Remove the checkpoints in ``folder`` (and files a killed write left behind), then the folder, the
+    """Remove the checkpoints in ``folder`` (with the client-state files they name, and files a killed write
+    left behind), then the folder, the
     results name's folder and ``checkpoints/`` itself when nothing else is in them: other
     configurations' and other runs' checkpoints stay."""
     folder = Path(folder)
@@ -195,8 +198,14 @@ def remove_checkpoints(folder: Path) -> None:
         path.unlink(missing_ok=True)
         path.with_suffix(".sha256").unlink(missing_ok=True)
     if folder.is_dir():
-        for leftover in [*folder.glob(".round_*.tmp"), *folder.glob("round_*.sha256")]:
+        store = folder / CLIENT_STATE_FOLDER
+        for leftover in [*folder.glob(".round_*.tmp"), *folder.glob("round_*.sha256"), *store.glob("*.safetensors"),
+                         *store.glob(".*")]:
             leftover.unlink(missing_ok=True)
+        try:
+            store.rmdir()  # the client-state files went with the checkpoints that named them
+        except OSError:
+            pass
     for empty in (folder, folder.parent, folder.parent.parent):
         try:
             empty.rmdir()  # only succeeds when empty

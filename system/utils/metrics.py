@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -53,6 +53,15 @@ def summarize(test: Sequence[ClientTestStats], train_loss_sums: Sequence[float],
         accuracy_std=float(per_client.std()),
         client_accuracy=per_client,
     )
+
+
+def validation_accuracy(clients: Sequence, model_of: Optional[Callable] = None) -> float:
+    """Sample-weighted accuracy over the clients' validation sets (``--val_ratio``), of each client's
+    evaluation model or of ``model_of(client)``."""
+    stats = [c.test_metrics(c.val_data, None if model_of is None else model_of(c))
+             for c in clients if c.val_data is not None]
+    total = sum(s.num_samples for s in stats)
+    return sum(s.correct for s in stats) / total if total else float("nan")
 
 
 def micro_auc(logits: torch.Tensor, labels: torch.Tensor, num_classes: int) -> float:

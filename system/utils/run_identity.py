@@ -11,7 +11,7 @@ from utils.paths import LOCATION_FLAGS
 # Flags that say where and how a run executes, not what it computes: a resumed run may change them.
 EXECUTION_FLAGS = frozenset({*LOCATION_FLAGS, "resume", "checkpoint_every", "device_id", "executor", "workers",
                              "ray_address", "gpus_per_worker", "ray_timeout", "threads", "tensorboard",
-                             "batch_clients"})
+                             "batch_clients", "state_memory"})
 # Flags that only choose how a finished series is summarised (the .h5's ``summary``, the console line):
 # training is the same whatever their value, so a resumed run may change them, a finished run made with
 # another value is not stale (report.py recomputes the summary from the arrays), and a table does not

@@ -31,16 +31,19 @@ from torch import nn
 from flcore.aggregation import named_tensors
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.parked_modules import FrozenTensors
-from flcore.clients.parking import ParkingClient
+from flcore.clients.parking import ParkingClient, holds_stand_ins
+from flcore.clients.state_store import SpillRecord
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
-from flcore.state import ModuleTensors, check_attrs, export_value, import_value
+from flcore.state import ModuleTensors, StateError, check_attrs, export_value, import_value
 from flcore.training.objective import CrossEntropy, LiveModel, Objective
 from utils.client_data import ClientData
 from utils.metrics import ClientTestStats, test_stats
 from utils.seeding import client_generator
 
 EVAL_BATCH_SIZE = 256
+# The key of a client's saved state naming the client-state file that holds its own tensors.
+STORED_KEY = "stored_in"
 
 
 class DivergenceError(RuntimeError):
@@ -151,28 +154,58 @@ class Client(ParkingClient):
         return ("model", "optimizer", "learning_rate_scheduler", "generator") + tuple(self.persistent_attrs)
 
     def get_state(self) -> dict:
-        """The attributes of :meth:`state_names` as plain values (parked modules without copies)."""
-        return {name: export_value(self._state_value(name)) for name in self.state_names()}
+        """The attributes of :meth:`state_names` as plain values (parked modules without copies). A client
+        whose own tensors are in the client-state store is saved as it is: stand-ins, and the file's record
+        under :data:`STORED_KEY` (:mod:`flcore.clients.state_store`)."""
+        state = {name: export_value(self._state_value(name)) for name in self.state_names()}
+        if self._spill is not None:
+            state[STORED_KEY] = self._spill.as_state()
+        return state
 
     def check_state(self, state: object, where: str = "") -> None:
         """Raise :class:`~flcore.state.StateError` unless ``state`` fits this client; changes nothing."""
+        state, record = self._split_stored(state, where)
         check_attrs(_StateView(self), state, self.state_names(), where)
+        if record is None and holds_stand_ins(state):
+            raise StateError(f"{where or 'client'}: holds tensors without values and names no client-state file")
 
     def set_state(self, state: dict) -> None:
         """Load :meth:`get_state`'s output, checked in full first; modules and optimisers are updated in
         place, a parked module keeps the saved tensors themselves."""
         self.check_state(state)
+        state, record = self._split_stored(state)
         for name in self.state_names():
             value = import_value(self._state_value(name), state[name])
             if isinstance(value, ModuleTensors):
                 self.load_module_state(name, value)
             else:
                 setattr(self, name, value)
+        if record is not None:
+            self.adopt_spill(record)
+
+    def _split_stored(self, state: object, where: str = ""):
+        """``(state without the store's record, the record or None)``; the record's file checked."""
+        if not isinstance(state, dict) or STORED_KEY not in state:
+            return state, None
+        state = dict(state)
+        try:
+            record = SpillRecord.from_state(state.pop(STORED_KEY))
+        except ValueError as err:
+            raise StateError(f"{where or 'client'}.{STORED_KEY}: {err}") from None
+        problem = ("this run keeps no client-state store" if self._store is None
+                   else self._store.problem(record))
+        if problem:
+            raise StateError(f"{where or 'client'}: {problem}")
+        return state, record
 
     def _state_value(self, name: str):
-        """Attribute ``name``, a parked module as its :class:`~flcore.state.ModuleTensors` (not checked out)."""
+        """Attribute ``name``, a parked module as its :class:`~flcore.state.ModuleTensors` (not checked out),
+        a spilled attribute as its stand-in (not read back)."""
         parked = self.module_state(name)
-        return ModuleTensors(parked) if parked is not None else getattr(self, name)
+        if parked is not None:
+            return ModuleTensors(parked)
+        spilled = self.spilled_value(name)
+        return spilled if spilled is not None else getattr(self, name)
 
     # ----- local training ---------------------------------------------------------------------
     def train(self) -> ClientUpdate:
@@ -262,3 +295,4 @@ class _StateView:
 
     def __getattr__(self, name: str):
         return self._client._state_value(name)
+

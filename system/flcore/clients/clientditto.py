@@ -43,6 +43,7 @@ class clientDitto(Client):
         self.run_epochs(epochs, self.personal_loss, self.optimizer_per)
         if self.learning_rate_decay:
             self.learning_rate_scheduler_per.step()
+        self.received = {}  # w^t is needed only here: a client keeps no copy of the model between rounds
 
     def personal_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = self.loss(self.model_per(x), y)

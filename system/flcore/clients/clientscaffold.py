@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
+from torch import nn
 
 from flcore.aggregation import zeros_like_parameters
+from flcore.clients.parked_modules import FrozenTensors
 from flcore.vmapped.support import Refused
 from flcore.training.received import ReceivedModelClient
 
@@ -29,20 +31,24 @@ class clientSCAFFOLD(ReceivedModelClient):
 
     def setup(self) -> None:
         super().setup()
-        self.control: Controls = self._zeros()          # c_i
-        self.server_control: Controls = self._zeros()   # c, as last received
-        self.control_delta: Controls = self._zeros()    # c_i+ - c_i of the last local training
+        # Until a client trains, its variates are zero: one frozen set of zeros shared by every client
+        # (never written: training and receive_control put new tensors in place), not its own state.
+        zeros = shared_zeros(self.model)
+        self.control: Controls = zeros          # c_i
+        self.server_control: Controls = zeros   # c, as last received
+        self.control_delta: Controls = zeros    # c_i+ - c_i of the last local training
         self.local_steps = 0
         self.step_size = self.learning_rate
         self._corrections: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
 
-    def _zeros(self) -> Controls:
-        return zeros_like_parameters(self.model)
-
     @torch.no_grad()
     def receive_control(self, server_control: Mapping[str, torch.Tensor]) -> None:
-        for name, value in server_control.items():
-            self.server_control[name].copy_(value)
+        """c as the server sends it: a frozen copy is kept by reference (one for every client), any
+        other copied."""
+        if isinstance(server_control, FrozenTensors):
+            self.server_control = server_control
+        else:
+            self.server_control = {name: value.clone() for name, value in server_control.items()}
 
     def begin_local_training(self) -> None:
         super().begin_local_training()
@@ -64,16 +70,29 @@ class clientSCAFFOLD(ReceivedModelClient):
     def end_local_training(self) -> None:
         self._corrections = None
         if self.local_steps == 0:
-            for delta in self.control_delta.values():
-                delta.zero_()
+            self.control_delta = shared_zeros(self.model)
         else:
             start = dict(self.received_model.named_parameters())
             scale = 1.0 / (self.local_steps * self.step_size)
+            control, delta = {}, {}
             for name, param in self.model.named_parameters():
-                refreshed = self.control[name] - self.server_control[name] + (start[name] - param) * scale
-                self.control_delta[name].copy_(refreshed - self.control[name])
-                self.control[name].copy_(refreshed)
+                control[name] = self.control[name] - self.server_control[name] + (start[name] - param) * scale
+                delta[name] = control[name] - self.control[name]
+            self.control, self.control_delta = control, delta
         super().end_local_training()
 
     def upload_extras(self) -> dict:
         return {"control_delta": self.control_delta}
+
+
+_ZEROS: Dict[tuple, FrozenTensors] = {}
+
+
+def shared_zeros(model: nn.Module) -> FrozenTensors:
+    """Zeros shaped as ``model``'s parameters, one frozen set per structure in this process."""
+    params = dict(model.named_parameters())
+    key = tuple((name, tuple(p.shape), p.dtype, str(p.device)) for name, p in params.items())
+    if key not in _ZEROS:
+        _ZEROS[key] = FrozenTensors(zeros_like_parameters(model))
+    return _ZEROS[key]
+

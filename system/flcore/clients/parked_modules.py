@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -135,32 +135,44 @@ def template_for(module: nn.Module) -> ModuleTemplate:
 class ParkedModule:
     """A module as tensors: ``tensors`` (every parameter and buffer by name, never written), the names of
     the parameters that take no gradient, each submodule's train/eval mode, and plain attributes set on
-    submodules, as ``((submodule index, name), value)`` pairs."""
-    __slots__ = ("template", "tensors", "frozen", "modes", "extras")
+    submodules, as ``((submodule index, name), value)`` pairs. ``own``: the names whose tensors are this
+    client's alone (copies it made or was given), not shared with others: what a state store may spill."""
+    __slots__ = ("template", "tensors", "frozen", "modes", "extras", "own")
 
     def __init__(self, template: ModuleTemplate, tensors: Tensors, frozen: FrozenSet[str],
-                 modes: Tuple[bool, ...], extras: tuple = ()):
+                 modes: Tuple[bool, ...], extras: tuple = (), own: Optional[set] = None):
         self.template, self.tensors, self.frozen, self.modes, self.extras = template, tensors, frozen, modes, extras
+        self.own = set() if own is None else own
+
+    def own_tensors(self) -> Tensors:
+        return {name: self.tensors[name] for name in self.own}
 
     def state_dict(self) -> Tensors:
         """Its tensors under the keys and in the order of the module's ``state_dict()``."""
         return {key: self.tensors[key] for key in self.template.state_keys}
 
 
-def park_module(module: nn.Module, template: ModuleTemplate, reference: Mapping[str, torch.Tensor]) -> ParkedModule:
+def park_module(module: nn.Module, template: ModuleTemplate, reference: Mapping[str, torch.Tensor],
+                reference_own: AbstractSet[str] = frozenset()) -> ParkedModule:
     """``module`` as a :class:`ParkedModule`: a tensor with the bits of ``reference[name]`` (what it was
-    loaded with) or of the latest frozen tensor of that name is shared, any other copied."""
+    loaded with, the client's own where ``reference_own`` names it) or of the latest frozen tensor of that
+    name is kept by reference, any other copied as the client's own."""
     tensors: Tensors = {}
+    own = set()
     with torch.inference_mode(False), torch.no_grad():
         for name, tensor in named_tensors(module).items():
             tensor = tensor.detach()
             kept = reference.get(name)
-            if kept is None or not same_bits(tensor, kept):
+            if kept is not None and same_bits(tensor, kept):
+                if name in reference_own:
+                    own.add(name)
+            else:
                 kept = _RECENT.get(name)
                 if kept is None or not same_bits(tensor, kept):
                     kept = tensor.clone()
+                    own.add(name)
             tensors[name] = kept
-    return ParkedModule(template, tensors, *_flags(module, template))
+    return ParkedModule(template, tensors, *_flags(module, template), own=own)
 
 
 def _flags(module: nn.Module, template: ModuleTemplate) -> tuple:

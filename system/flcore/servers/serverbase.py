@@ -28,6 +28,7 @@ from flcore.aggregation import copy_into, named_tensors, sample_weights, weighte
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.clients.parked_modules import frozen_copy_of
+from flcore.clients.state_store import ClientStateStore
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
@@ -36,17 +37,11 @@ from flcore.state import check_server_state, export_attrs, import_attrs
 from utils import progress
 from utils.client_data import client_splits
 from utils.datasets import DatasetInfo
-from utils.metrics import Summary, summarize
+from utils.memory_release import release_free_memory
+from utils.metrics import Summary, summarize, validation_accuracy
 from utils.seeding import evaluation_sample, sampler_rng
 
-
-def validation_accuracy(clients: Sequence[Client], model_of: Optional[Callable[[Client], nn.Module]] = None) -> float:
-    """Sample-weighted accuracy over the clients' validation sets (``--val_ratio``), of each client's
-    evaluation model or of ``model_of(client)``."""
-    stats = [c.test_metrics(c.val_data, None if model_of is None else model_of(c))
-             for c in clients if c.val_data is not None]
-    total = sum(s.num_samples for s in stats)
-    return sum(s.correct for s in stats) / total if total else float("nan")
+RELEASE_EVERY = 64  # clients built between two returns of freed memory to the system
 
 
 class Server:
@@ -82,6 +77,7 @@ class Server:
         self.data_info = data
         self.global_model = model.to(self.device)
         self.sampler = sampler_rng(config.seed)
+        self.state_store = ClientStateStore()  # what clients own, within --state_memory (set by app/build.py)
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
         self.executor = SequentialExecutor()  # the run puts --executor's in place for the rounds' duration
         self.new_clients: List[Client] = []
@@ -123,12 +119,15 @@ class Server:
     def set_clients(self, ids: Sequence[int]) -> List[Client]:
         """Create clients ``ids``, each with its data (read once, laid out for the model), modules parked."""
         clients = []
-        for i in ids:
+        for count, i in enumerate(ids, 1):
             train, test, val = client_splits(self.data_info, i, self.config, self.global_model)
             client = self.client_class(self.config, self.hparams, i, train, test, self.global_model)
             client.val_data = val
+            client.use_store(self.state_store)
             client.park()
             clients.append(client)
+            if count % RELEASE_EVERY == 0 or count == len(ids):
+                release_free_memory()  # a client's set-up copies, freed, are not kept (utils/memory_release.py)
         return clients
 
     # ----- the round loop ----------------------------------------------------------------------
@@ -288,9 +287,8 @@ class Server:
         return self.evaluate(self.new_clients, prefix="rs_new")
 
     def receive_new_client(self, client: Client) -> None:
-        """What a new client receives before fine-tuning: the global counterpart of its shared module.
-        Methods whose newcomers get something else (nothing, a mean of personal models, server state)
-        override this."""
+        """What a new client receives before fine-tuning: the global counterpart of its shared module. Methods
+        whose newcomers get something else (nothing, a mean of personal models, server state) override this."""
         client.set_parameters(self.shared_tensors())
 
     @staticmethod
@@ -319,8 +317,7 @@ class Server:
         check_server_state(self, state, self._extra_state())
 
     def _extra_state(self) -> dict:
-        """State that a mixin adds to :meth:`get_state` under its own key, with its live value (the
-        layer-conflict mixin's selection state, under "lag")."""
+        """State a mixin adds to :meth:`get_state` under its own key, with its live value (LAG's, "lag")."""
         return {"lag": self.lag_state()} if hasattr(self, "lag_state") else {}
 
     def set_state(self, state: dict) -> None:
@@ -343,8 +340,6 @@ class Server:
 
     def result_attrs(self) -> Dict[str, object]:
         """What the .h5 records of the run besides its flags; subclasses and mixins extend it."""
-        attrs = {"run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
-                 "rounds_done": len(self.history["rs_round_time"])}
-        if self.rejected_updates:
-            attrs["rejected_updates"] = list(self.rejected_updates)
-        return attrs
+        rejected = {"rejected_updates": list(self.rejected_updates)} if self.rejected_updates else {}
+        return {"run": self.times, "algorithm": self.algorithm, "dataset": self.dataset,
+                "rounds_done": len(self.history["rs_round_time"]), **rejected}

@@ -16,6 +16,7 @@ import torch
 
 from flcore.aggregation import copy_into, named_tensors, weighted_average, zeros_like_parameters
 from flcore.clients.clientscaffold import clientSCAFFOLD
+from flcore.clients.parked_modules import frozen_copy_of
 from flcore.hyperparameters import SCAFFOLDParams
 from flcore.servers.serverbase import Server
 
@@ -35,9 +36,10 @@ class SCAFFOLD(Server):
 
     def send_models(self) -> None:
         super().send_models()
-        # Only the clients about to train read c.
+        # Only the clients about to train read c: one frozen copy of it, which they keep by reference.
+        sent = frozen_copy_of(self.control, prefix="scaffold.control")
         for client in self.selected_clients:
-            client.receive_control(self.control)
+            client.receive_control(sent)
 
     def receive_models(self) -> None:
         super().receive_models()

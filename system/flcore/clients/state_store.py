@@ -1,0 +1,218 @@
+"""The client-state store: what clients own kept in memory up to a budget (``--state_memory``), the least
+recently used clients' own tensors beyond it in files under the run's folder, read back when used.
+
+Parking (:mod:`flcore.clients.parking`) leaves a client only what is its own: the tensors no other client
+shares (a personal model, a head, control variates). For FedAvg that is nothing; for Ditto, Local, APFL,
+pFedMe, SCAFFOLD ... it is a model's worth or more per client, which thousands of clients cannot all keep
+in memory. The store counts what each client owns after each use (most recent last). While the total is
+over the budget, the least recently used client's own tensors go to one file and are replaced by
+shape-only (``meta``) stand-ins; anything that reads the client's state reads them back first. Spilling
+never changes a value: results are the same with any budget.
+
+Files are safetensors (tensors only: nothing is executed to load them), named by the SHA-256 of their
+bytes, written atomically and never changed. A file whose bytes do not hash to its name was truncated or
+altered; it is named and refused. A checkpoint records which file holds each spilled client's tensors
+(shared tensors are saved once, own ones once: not one model copy per client), and the store keeps every
+file a kept checkpoint names until the checkpoint goes.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import weakref
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, FrozenSet, Mapping, Optional
+
+import torch
+
+from dataset.utils.atomic_io import atomic_path
+from utils.checkpoint import KEEP
+from utils.sizes import format_size
+
+Tensors = Dict[str, torch.Tensor]
+_FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
+
+
+class StoreError(RuntimeError):
+    """A spill or a read-back that failed, in one line for the user. ``resumable``: the run can continue
+    from its checkpoints once the cause is fixed (a full disk), as opposed to a file that was altered."""
+
+    def __init__(self, message: str, resumable: bool = False):
+        super().__init__(message)
+        self.resumable = resumable
+
+
+@dataclass(frozen=True)
+class SpillRecord:
+    """Where a client's own tensors went: the file's SHA-256 (its name), its size, and their device."""
+    digest: str
+    nbytes: int
+    device: str
+
+    def as_state(self) -> dict:
+        return {"digest": self.digest, "bytes": self.nbytes, "device": self.device}
+
+    @classmethod
+    def from_state(cls, value: object) -> "SpillRecord":
+        """From :meth:`as_state`'s dict; ValueError for anything else."""
+        if not (isinstance(value, dict) and set(value) == {"digest", "bytes", "device"}
+                and isinstance(value["digest"], str) and re.fullmatch(r"[0-9a-f]{64}", value["digest"])
+                and isinstance(value["bytes"], int) and not isinstance(value["bytes"], bool) and value["bytes"] >= 0
+                and isinstance(value["device"], str)):
+            raise ValueError("not a record of the client-state store")
+        return cls(value["digest"], value["bytes"], value["device"])
+
+
+class ClientStateStore:
+    """The store of one run (see the module docstring). ``budget``: bytes of own tensors kept in memory
+    (None: no limit). ``folder``: where spilled files go; the run sets it under its checkpoint folder, and
+    a temporary folder is made at the first spill when it is unset."""
+
+    def __init__(self, budget: Optional[int] = None, folder: Optional[Path] = None):
+        self.budget = budget
+        self.folder = folder
+        self._resident: "OrderedDict[int, tuple]" = OrderedDict()  # id(client) -> (client, bytes owned)
+        self.resident_bytes = 0
+        self._live: Counter = Counter()                 # digest -> spilled clients whose state it holds
+        self._pinned: Dict[int, FrozenSet[str]] = {}    # checkpoint round -> the digests it names
+        self._cleanup = None
+        self.spilled_files = 0   # files written, and read back, over the run (benchmarks/scale.py reads them)
+        self.read_files = 0
+
+    # ----- what clients own ---------------------------------------------------------------------
+    def note(self, client) -> None:
+        """``client`` was just used (and parked): count what it owns now, as the most recent, and spill the
+        least recent clients while the total is over the budget."""
+        key = id(client)
+        _, before = self._resident.pop(key, (None, 0))
+        self.resident_bytes -= before
+        owned = client.own_bytes()
+        if not owned:
+            return
+        if self.budget is not None and owned > self.budget:
+            raise StoreError(f"--state_memory {format_size(self.budget)} cannot hold one client's own state "
+                             f"(client {client.id} keeps {format_size(owned)}); raise --state_memory")
+        self._resident[key] = (client, owned)
+        self.resident_bytes += owned
+        while self.budget is not None and self.resident_bytes > self.budget:
+            _, (victim, nbytes) = self._resident.popitem(last=False)
+            self.resident_bytes -= nbytes
+            victim.spill()
+
+    def forget(self, client) -> None:
+        """``client`` no longer owns what was counted (it spilled, or is gone)."""
+        _, nbytes = self._resident.pop(id(client), (None, 0))
+        self.resident_bytes -= nbytes
+
+    # ----- files --------------------------------------------------------------------------------
+    def write(self, tensors: Mapping[str, torch.Tensor]) -> SpillRecord:
+        """Write ``tensors`` to the file named by their bytes' SHA-256 (once: the same bytes, the same file)."""
+        from safetensors.torch import save
+        if not tensors:
+            raise ValueError("nothing to spill")
+        device = str(next(iter(tensors.values())).device)
+        seen = set()
+        plain = {}
+        for name, tensor in tensors.items():
+            tensor = tensor.detach().contiguous()
+            # safetensors refuses two entries on one storage: a second view is written as a copy.
+            pointer = (tensor.untyped_storage().data_ptr(), tensor.device)
+            plain[name] = tensor.clone() if pointer in seen and tensor.numel() else tensor
+            seen.add(pointer)
+        data = save(plain)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self._folder() / f"{digest}.safetensors"
+        try:
+            os.makedirs(path.parent, exist_ok=True)
+            if not path.is_file() or path.stat().st_size != len(data):
+                with atomic_path(path) as tmp:
+                    Path(tmp).write_bytes(data)
+        except OSError as err:
+            raise StoreError(f"--state_memory: cannot write a client's state to {path.parent} "
+                             f"({err.strerror or err}); free space there, or raise --state_memory",
+                             resumable=True) from None
+        self._live[digest] += 1
+        self.spilled_files += 1
+        return SpillRecord(digest, len(data), device)
+
+    def read(self, record: SpillRecord) -> Tensors:
+        """The tensors of ``record``'s file, checked against its name, on their device."""
+        from safetensors.torch import load
+        path = self.path_of(record)
+        problem = self.problem(record)
+        if problem:
+            raise StoreError(problem)
+        tensors = load(path.read_bytes())
+        self.read_files += 1
+        if record.device != "cpu":
+            tensors = {name: t.to(record.device) for name, t in tensors.items()}
+        return tensors
+
+    def released(self, record: SpillRecord) -> None:
+        """A client read ``record`` back: its file goes unless another client or a kept checkpoint names it."""
+        self._live[record.digest] -= 1
+        if self._live[record.digest] <= 0:
+            del self._live[record.digest]
+            self._remove_unnamed({record.digest})
+
+    def adopt(self, record: SpillRecord) -> None:
+        """A client loaded from a checkpoint holds ``record`` (checked already)."""
+        self._live[record.digest] += 1
+
+    def path_of(self, record: SpillRecord) -> Path:
+        return self._folder() / f"{record.digest}.safetensors"
+
+    def problem(self, record: SpillRecord) -> Optional[str]:
+        """Why ``record``'s file cannot be read back (missing, truncated or altered), or None."""
+        path = self.path_of(record)
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            return f"client state file {path} cannot be read ({err.strerror or err})"
+        if len(data) != record.nbytes or hashlib.sha256(data).hexdigest() != record.digest:
+            return f"client state file {path} is truncated or altered (its SHA-256 is not its name)"
+        return None
+
+    # ----- checkpoints --------------------------------------------------------------------------
+    def pin(self, rnd: int) -> None:
+        """A checkpoint of round ``rnd`` names the files spilled clients hold now: keep them while it is
+        kept (the newest :data:`KEEP`, as checkpoints are pruned); free files nobody names."""
+        self._pinned = {r: d for r, d in self._pinned.items() if r < rnd}
+        self._pinned[rnd] = frozenset(self._live)
+        for old in sorted(self._pinned)[:-KEEP]:
+            del self._pinned[old]
+        if self.folder is not None and self.folder.is_dir():
+            self._remove_unnamed({p.name[:64] for p in self.folder.iterdir() if _FILE.fullmatch(p.name)})
+
+    def close(self, keep_checkpointed: bool) -> None:
+        """The run ended: remove every file, or (``keep_checkpointed``) all but those a kept checkpoint names."""
+        if self._cleanup is not None:
+            self._cleanup()
+            return
+        if self.folder is None or not self.folder.is_dir():
+            return
+        keep = set().union(*self._pinned.values()) if keep_checkpointed and self._pinned else set()
+        for path in self.folder.iterdir():
+            if _FILE.fullmatch(path.name) and path.name[:64] not in keep or path.name.startswith("."):
+                path.unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()
+        except OSError:  # files a checkpoint names are kept with it
+            pass
+
+    def _remove_unnamed(self, digests) -> None:
+        named = set(self._live).union(*self._pinned.values())
+        for digest in set(digests) - named:
+            (self._folder() / f"{digest}.safetensors").unlink(missing_ok=True)
+
+    def _folder(self) -> Path:
+        """The store's folder (made by the first write); a temporary one when the run set none."""
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="client-state-"))
+            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+        return self.folder

@@ -1,0 +1,268 @@
+"""What a client keeps of its own, and the client-state store: a budget (``--state_memory``) beyond which
+the least recently used clients' own tensors go to checksummed files and come back when used, with
+results bit-identical to keeping everything in memory, checkpoints that name the files, and refusals of
+what cannot work."""
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from flcore.aggregation import named_tensors
+from flcore.clients.state_store import ClientStateStore, SpillRecord, StoreError
+from helpers import cli, main_command, results_file, run_of, server_for, train
+from utils.result_utils import read_results
+from utils.sizes import format_size, parse_size
+
+TIMING = {"rs_round_time"}
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def same_results(a, b) -> None:
+    got, expected = read_results(results_file(a))[0], read_results(results_file(b))[0]
+    assert set(got) == set(expected)
+    for name in set(got) - TIMING:
+        assert np.array_equal(got[name], expected[name]), name
+
+
+# ----- what a client owns -----------------------------------------------------------------------
+def test_a_fedavg_client_owns_nothing_and_a_fedper_client_only_its_head(data_dir, tmp_path):
+    fedavg = server_for(data_dir, tmp_path / "a", "-algo", "FedAvg", "-gr", "1")
+    fedper = server_for(data_dir, tmp_path / "p", "-algo", "FedPer", "-gr", "1")
+    for server in (fedavg, fedper):
+        train(server)
+        server.send_models()
+        for client in server.clients:
+            client.park()
+    assert all(c.own_bytes() == 0 for c in fedavg.clients)
+    head = tensor_bytes(named_tensors(fedper.global_model.head))
+    trained = {u for u in fedper.trained_updates} | {c.id for c in fedper.selected_clients}
+    for client in fedper.clients:
+        own = client.own_tensors()
+        assert all(key.startswith("module/model/head.") for key in own)
+        assert client.own_bytes() == (head if client.id in trained else 0)
+
+
+def test_scaffold_control_variates_are_own_state_once_trained(data_dir, tmp_path):
+    """Before training c_i = c = delta_c = 0: one frozen set of zeros all clients share, owned by none.
+    A trained client owns c_i and delta_c; c is the server's frozen copy, one for every client."""
+    server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD", "-gr", "0", "-jr", "0.5")
+    model = tensor_bytes({n: p for n, p in server.global_model.named_parameters()})
+    assert all(c.own_bytes() == 0 for c in server.clients)
+    train(server)
+    trained = {c.id for c in server.selected_clients}
+    for client in server.clients:
+        attributes = {key: t for key, t in client.own_tensors().items() if key.startswith("attr/")}
+        assert {key.split("/")[1] for key in attributes} == ({"control", "control_delta"} if client.id in trained
+                                                             else set())
+        assert tensor_bytes(attributes) == (2 * model if client.id in trained else 0)
+    received = [c.server_control for c in server.clients if c.id in trained]
+    assert all(value is received[0] for value in received)
+
+
+# ----- the store on its own -----------------------------------------------------------------------
+def test_files_are_named_by_their_bytes_and_refused_when_altered(tmp_path):
+    store = ClientStateStore(budget=None, folder=tmp_path)
+    tensors = {"module/model/w": torch.arange(6.0).reshape(2, 3), "attr/c/x": torch.ones(4, dtype=torch.float64)}
+    record = store.write(tensors)
+    again = store.write({k: v.clone() for k, v in tensors.items()})
+    assert again.digest == record.digest and len(list(tmp_path.iterdir())) == 1
+    back = store.read(record)
+    assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in tensors.items())
+    path = store.path_of(record)
+    data = path.read_bytes()
+    path.write_bytes(data[:-3])
+    assert "truncated or altered" in store.problem(record)
+    with pytest.raises(StoreError, match="truncated or altered"):
+        store.read(record)
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    assert "truncated or altered" in store.problem(record)
+    path.unlink()
+    assert "cannot be read" in store.problem(record)
+
+
+def test_a_record_is_checked_before_it_is_trusted():
+    good = {"digest": "a" * 64, "bytes": 10, "device": "cpu"}
+    assert SpillRecord.from_state(good) == SpillRecord("a" * 64, 10, "cpu")
+    for bad in ({**good, "digest": "../" + "a" * 61}, {**good, "bytes": -1}, {**good, "bytes": True},
+                {**good, "extra": 1}, ["a" * 64, 10, "cpu"], None):
+        with pytest.raises(ValueError):
+            SpillRecord.from_state(bad)
+
+
+def test_sizes_as_people_write_them():
+    assert parse_size("2G") == 2 * 10**9 and parse_size("512mb") == 512 * 10**6
+    assert parse_size("1.5GiB") == int(1.5 * 2**30) and parse_size("4096") == 4096
+    for bad in ("", "G", "2X", "-1G", "nan", "1e9"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert format_size(2 * 10**9) == "2.0 GB" and format_size(999) == "999 B"
+
+
+# ----- spilling changes no result ------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["Ditto", "SCAFFOLD", "FedPer", "Local"])
+def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir, tmp_path):
+    """A budget of about two clients' own state: most clients live in files most of the time."""
+    kept = server_for(data_dir, tmp_path / "kept", "-algo", algorithm, "-gr", "3", "-jr", "0.5")
+    train(kept)
+    per_client = max(c.own_bytes() for c in kept.clients)
+    budget = str(2 * per_client + 1)
+    spilled = server_for(data_dir, tmp_path / "spilled", "-algo", algorithm, "-gr", "3", "-jr", "0.5",
+                         "--state_memory", budget)
+    store = spilled.state_store
+    seen = []
+    original_note = store.note
+
+    def note(client):
+        original_note(client)
+        seen.append(store.resident_bytes)
+    store.note = note
+    train(spilled)
+    same_results(spilled, kept)
+    assert store.spilled_files > 0 and store.read_files > 0
+    assert max(seen) <= int(budget)
+    assert not store.folder.exists()  # a completed run leaves no client-state file
+
+
+def test_the_budget_must_hold_one_clients_state(data_dir, tmp_path):
+    done = subprocess.run(main_command(*cli(data_dir, tmp_path, "-algo", "Ditto", "--state_memory", "100")),
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()
+    assert len(line) == 1 and "--state_memory 100 B cannot hold one client's own state" in line[0]
+    assert "raise --state_memory" in line[0] and "Results so far kept" in line[0]
+
+
+def test_a_bad_size_is_refused_by_the_command_line(data_dir, tmp_path):
+    done = subprocess.run(main_command(*cli(data_dir, tmp_path, "--state_memory", "lots")),
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--state_memory" in done.stderr and "is not a size" in done.stderr
+
+
+# ----- checkpoints and resume -----------------------------------------------------------------------
+class Interrupted(BaseException):
+    """Stands for the run being killed after a round (nothing in the run catches it)."""
+
+
+def interrupted_after(server, rnd: int):
+    """Train ``server`` until its ``end_round`` of round ``rnd``, which is cut short like a kill."""
+    original = server.end_round
+
+    def end_round(current):
+        if current == rnd:
+            raise Interrupted
+        original(current)
+    server.end_round = end_round
+    with pytest.raises(Interrupted):
+        train(server)
+
+
+SPILLING = ("-algo", "Ditto", "-gr", "5", "-jr", "0.5", "--checkpoint_every", "1")
+
+
+def spilling_budget(data_dir, tmp_path) -> str:
+    probe = server_for(data_dir, tmp_path / "probe", *SPILLING[:2], "-gr", "0")
+    train(probe)
+    return str(2 * max(c.own_bytes() for c in probe.clients) + 1)
+
+
+def test_a_checkpoint_names_the_files_and_resuming_from_it_equals_an_uninterrupted_run(data_dir, tmp_path):
+    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    first = server_for(data_dir, results, *SPILLING, "--state_memory", budget)
+    interrupted_after(first, 3)
+    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    payload = torch.load(folder / "round_000002.pt", weights_only=True)
+    records = [c["stored_in"] for c in payload["server"]["clients"] if "stored_in" in c]
+    assert records, "no client was spilled when the checkpoint was taken"
+    for record in records:  # each names a file that is kept, and holds no values of its own tensors
+        assert (folder / "client-state" / f"{record['digest']}.safetensors").is_file()
+    resumed = server_for(data_dir, results, *SPILLING, "--state_memory", budget, "--resume")
+    train(resumed)
+    same_results(resumed, reference)
+    assert not (results / "checkpoints").exists()  # the complete run took its checkpoints and files away
+
+
+def test_an_altered_client_state_file_is_named_and_its_checkpoint_refused(data_dir, tmp_path, capsys):
+    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
+    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    payload = torch.load(folder / "round_000002.pt", weights_only=True)
+    digest = next(c["stored_in"]["digest"] for c in payload["server"]["clients"] if "stored_in" in c)
+    path = folder / "client-state" / f"{digest}.safetensors"
+    path.write_bytes(path.read_bytes()[:-8])
+    resumed = server_for(data_dir, results, *SPILLING, "--state_memory", budget, "--resume")
+    note = capsys.readouterr().out
+    assert "round_000002.pt: does not fit this run" in note  # skipped, for the older one or round 0
+    assert f"client state file {path} is truncated or altered" in note
+    train(resumed)
+    same_results(resumed, reference)  # from the older checkpoint (or round 0): the same run
+
+
+def test_a_full_disk_while_spilling_stops_the_run_in_one_line_keeping_results(data_dir, tmp_path, monkeypatch):
+    import flcore.clients.state_store as state_store
+    from helpers import full_disk_from
+    from utils.errors import RunError
+    budget = spilling_budget(data_dir, tmp_path)
+    server = server_for(data_dir, tmp_path / "full", *SPILLING, "--state_memory", budget)
+    monkeypatch.setattr(state_store, "atomic_path", full_disk_from(1))
+    with pytest.raises(RunError) as stop:
+        train(server)
+    message = str(stop.value)
+    assert len(message.splitlines()) == 1 and "cannot write a client's state to" in message
+    assert "No space left on device" in message and "Results so far kept in" in message
+    assert read_results(results_file(server))[0]["rs_test_acc"].size >= 1
+
+
+def test_a_store_folder_that_cannot_be_made_stops_the_run_in_one_line(data_dir, tmp_path):
+    budget = spilling_budget(data_dir, tmp_path)
+    server = server_for(data_dir, tmp_path / "blocked", *SPILLING, "--state_memory", budget)
+    run_of(server)  # the run puts the store under its checkpoint folder
+    server.state_store.folder.parent.mkdir(parents=True)
+    server.state_store.folder.write_text("a file where the store's folder goes")
+    from utils.errors import RunError
+    with pytest.raises(RunError, match="cannot write a client's state to"):
+        train(server)
+
+
+# ----- every executor reads spilled clients back -----------------------------------------------------
+def test_the_batched_engine_reads_spilled_clients_back(data_dir, tmp_path):
+    flags = ("-algo", "FedPer", "-gr", "3", "-jr", "0.5", "--executor", "batched")
+    kept = server_for(data_dir, tmp_path / "kept", *flags)
+    train(kept)
+    budget = str(2 * max(c.own_bytes() for c in kept.clients) + 1)
+    spilled = server_for(data_dir, tmp_path / "spilled", *flags, "--state_memory", budget)
+    train(spilled)
+    assert spilled.state_store.read_files > 0
+    same_results(spilled, kept)
+
+
+@pytest.mark.xdist_group("ray")  # the worker that runs the other Ray tests
+def test_ray_workers_get_spilled_clients_read_back(ray_session, data_dir, tmp_path):
+    flags = ("-algo", "SCAFFOLD", "-gr", "3", "-jr", "0.5", "--workers", "2")
+    kept = server_for(data_dir, tmp_path / "kept", *flags)
+    train(kept)
+    budget = str(2 * max(c.own_bytes() for c in kept.clients) + 1)
+    spilled = server_for(data_dir, tmp_path / "spilled", *flags, "--executor", "ray", "--state_memory", budget)
+    train(spilled)
+    assert spilled.state_store.read_files > 0
+    same_results(spilled, kept)
+
+
+def test_new_clients_use_the_store_too(data_dir, tmp_path):
+    flags = ("-algo", "Ditto", "-nc", "4", "-nnc", "2", "-gr", "2", "-ften", "1")
+    kept = server_for(data_dir, tmp_path / "kept", *flags)
+    train(kept)
+    budget = str(2 * max(c.own_bytes() for c in kept.clients + kept.new_clients) + 1)
+    spilled = server_for(data_dir, tmp_path / "spilled", *flags, "--state_memory", budget)
+    train(spilled)
+    assert all(c._store is spilled.state_store for c in spilled.new_clients)
+    same_results(spilled, kept)
