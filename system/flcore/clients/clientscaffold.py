@@ -15,7 +15,6 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from flcore.aggregation import zeros_like_parameters
 from flcore.clients.parked_modules import FrozenTensors
 from flcore.vmapped.support import Refused
 from flcore.training.received import ReceivedModelClient
@@ -89,10 +88,12 @@ _ZEROS: Dict[tuple, FrozenTensors] = {}
 
 
 def shared_zeros(model: nn.Module) -> FrozenTensors:
-    """Zeros shaped as ``model``'s parameters, one frozen set per structure in this process."""
+    """Zeros shaped as ``model``'s parameters, one frozen set per structure in this process: each a single
+    zero expanded to the shape, so it takes no memory and refuses any write into it."""
     params = dict(model.named_parameters())
     key = tuple((name, tuple(p.shape), p.dtype, str(p.device)) for name, p in params.items())
     if key not in _ZEROS:
-        _ZEROS[key] = FrozenTensors(zeros_like_parameters(model))
+        _ZEROS[key] = FrozenTensors((name, torch.zeros((), dtype=p.dtype, device=p.device).expand(p.shape))
+                                    for name, p in params.items())
     return _ZEROS[key]
 
