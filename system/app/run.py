@@ -31,6 +31,7 @@ from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
 from utils.checkpoint import CLIENT_STATE_FOLDER, has_checkpoints, remove_checkpoints
 from utils.errors import RunError
+from utils.memory_release import release_free_memory
 from utils.paths import RESULTS_DIR, display_path, portable_config
 from utils.progress import RoundReporter
 from utils.result_utils import (read_results, result_path, writable_problem, write_results,
@@ -50,7 +51,7 @@ def make_executor(server, config: RunConfig):
     """The executor ``--executor`` names, for ``server``'s clients."""
     kind = config.executor
     if kind == "sequential":
-        return SequentialExecutor()
+        return SequentialExecutor(keep_gradients=server.upload_needs_gradients())
     if kind == "ray":
         return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
     if kind == "batched":
@@ -178,6 +179,7 @@ class FederatedRun(Checkpoints):
                 between_hooks(server, server.receive_models)
                 between_hooks(server, server.aggregate_parameters)
                 between_hooks(server, server.end_round, rnd)
+                release_free_memory()  # the round's freed copies go back to the system (utils/memory_release.py)
                 elapsed = time.perf_counter() - start
                 server.history["rs_round_time"].append(elapsed)
                 reporter.round_done(rnd, elapsed, summary)

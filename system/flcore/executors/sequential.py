@@ -32,13 +32,19 @@ def evaluate_in_turn(clients: Sequence[Client],
 
 class SequentialExecutor:
     """PFLlib's behaviour: the selected clients train one after another in this process, each parked once
-    trained (its update then holds the tensors it keeps)."""
+    trained (its update then holds the tensors it keeps). ``keep_gradients``: updates keep the last
+    minibatch's gradients (a model's worth per client until the next round) only where the server reads
+    them (:meth:`~flcore.servers.serverbase.Server.upload_needs_gradients`), as Ray's workers do."""
+
+    def __init__(self, keep_gradients: bool = True):
+        self.keep_gradients = keep_gradients
 
     def train(self, clients: Sequence[Client]) -> List[ClientUpdate]:
         progress.current().begin("train", len(clients))
         updates = []
         for client in clients:
-            updates.append(client.release(client.train()))
+            update = client.train()
+            updates.append(client.release(update if self.keep_gradients else update.without_gradients()))
             progress.current().advance()
         return updates
 
