@@ -169,7 +169,7 @@ def table(opts, cells: Sequence[Tuple[str, str, float]]) -> str:
             found = [final_groups(a) for a in runs]
             ari = (cell([adjusted_rand(g) for g in found if g is not None], n)
                    if shift != "label" and any(g is not None for g in found) else "")
-            seeds = f" ({n} seeds)" if n != opts.seeds else ""
+            seeds = f" ({n} seed{'s' if n > 1 else ''})" if n != opts.seeds else ""
             lines.append(f"| {label}{seeds} | {cell(best, n)} | {cell(final, n)} | {cell(drop, n)} | {layers} | {ari} |")
         lines.append("")
     return "\n".join(lines)
