@@ -8,7 +8,9 @@ Each configuration runs in its own process (the thread count must be fixed befor
 * Ray with ``--workers`` workers of 1 thread each (the driver uses 1 thread too, so the results are
   bit-identical to sequential with 1 thread - checked here).
 
-Reported: seconds of local training per round (the ``train_clients`` hook), Ray's start-up apart.
+Reported: seconds of local training per round (the ``train_clients`` hook), Ray's start-up apart, and
+what the Ray executor sent its workers in the last round (the round's shared tensors once per worker,
+each client's own state; :mod:`flcore.executors.shipping`).
 Needs ``dataset/MNIST-dir0.1`` (``benchmarks/fedlag_accuracy.py`` builds it) and requirements-distributed.txt.
 """
 from __future__ import annotations
@@ -32,15 +34,18 @@ from app.options import parse_args
 from app.run import FederatedRun
 config, _ = prepare(parse_args(sys.argv[2:]))
 server = build_server(config)
-spent = []
+spent, sent = [], []
 original = server.train_clients
 def timed(clients):
     start = time.perf_counter()
     original(clients)
     spent.append(time.perf_counter() - start)
+    sent.append(dict(getattr(server.executor, "sent_bytes", {})))
 server.train_clients = timed
 FederatedRun(server).execute()
-print("RESULT " + json.dumps({"train": spent, "acc": list(map(float, server.rs_test_acc))}))
+model = sum(t.numel() * t.element_size() for t in server.global_model.state_dict().values())
+print("RESULT " + json.dumps({"train": spent, "acc": list(map(float, server.rs_test_acc)), "sent": sent,
+                              "model": model}))
 """
 
 
@@ -72,6 +77,10 @@ def main() -> None:
         print(f"  {name:<28}{seconds:8.2f} s   speed-up vs sequential 1 thread: {ratio:.2f}x")
     ray_run = runs[f"ray, {opts.workers} workers x 1 thread"]
     print(f"ray accuracies identical to sequential (1 thread): {ray_run['acc'] == base['acc']}")
+    sent = ray_run["sent"][-1]
+    print(f"sent to the workers in the last round: {sent['shared'] / 1e6:.2f} MB of shared tensors (once per worker) "
+          f"and {sent['clients'] / 1e6:.2f} MB of the clients' own state; a whole model is "
+          f"{ray_run['model'] / 1e6:.2f} MB, which shipping each client with its model would send per client")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ The algorithm (a :class:`~flcore.servers.serverbase.Server`) says what happens i
 hooks; :class:`FederatedRun` calls them in order, once per round::
 
     select_clients -> send_models -> evaluate (every eval_gap) -> train_clients(selected)
-    -> receive_models -> aggregate_parameters -> end_round
+    -> receive_models -> aggregate_parameters -> end_round -> drop_uploads
 
 and around the rounds it owns what an algorithm author never touches: the run lock and the output
 checks before round 0, the progress line and TensorBoard, the executor (``--executor``) for the rounds'
@@ -84,7 +84,7 @@ def between_hooks(server, hook, *args, **kwargs):
 def park_clients(server) -> None:
     """Park every client's working modules; this round's updates move onto the tensors their clients keep."""
     for client in (*server.clients, *server.new_clients):
-        if client.has_live_modules():
+        if client.needs_parking():
             client.release(server.trained_updates.get(client.id))
 
 
@@ -179,6 +179,7 @@ class FederatedRun(Checkpoints):
                 between_hooks(server, server.receive_models)
                 between_hooks(server, server.aggregate_parameters)
                 between_hooks(server, server.end_round, rnd)
+                server.drop_uploads()
                 release_free_memory()  # the round's freed copies go back to the system (utils/memory_release.py)
                 elapsed = time.perf_counter() - start
                 server.history["rs_round_time"].append(elapsed)

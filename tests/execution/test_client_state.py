@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import app.run
 from flcore.aggregation import named_tensors
 from flcore.clients.state_store import ClientStateStore, SpillRecord, StoreError
 from helpers import cli, main_command, results_file, run_of, server_for, train
@@ -48,7 +49,8 @@ def test_a_fedavg_client_owns_nothing_and_a_fedper_client_only_its_head(data_dir
 
 def test_scaffold_control_variates_are_own_state_once_trained(data_dir, tmp_path):
     """Before training c_i = c = delta_c = 0: one frozen set of zeros all clients share, owned by none.
-    A trained client owns c_i and delta_c; c is the server's frozen copy, one for every client."""
+    A trained client owns c_i only (delta_c left in its upload); c is the server's frozen copy, one for
+    every client."""
     server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD", "-gr", "0", "-jr", "0.5")
     model = tensor_bytes({n: p for n, p in server.global_model.named_parameters()})
     assert all(c.own_bytes() == 0 for c in server.clients)
@@ -56,9 +58,8 @@ def test_scaffold_control_variates_are_own_state_once_trained(data_dir, tmp_path
     trained = {c.id for c in server.selected_clients}
     for client in server.clients:
         attributes = {key: t for key, t in client.own_tensors().items() if key.startswith("attr/")}
-        assert {key.split("/")[1] for key in attributes} == ({"control", "control_delta"} if client.id in trained
-                                                             else set())
-        assert tensor_bytes(attributes) == (2 * model if client.id in trained else 0)
+        assert {key.split("/")[1] for key in attributes} == ({"control"} if client.id in trained else set())
+        assert tensor_bytes(attributes) == (model if client.id in trained else 0)
     received = [c.server_control for c in server.clients if c.id in trained]
     assert all(value is received[0] for value in received)
 
@@ -104,8 +105,10 @@ def test_sizes_as_people_write_them():
 
 # ----- spilling changes no result ------------------------------------------------------------------
 @pytest.mark.parametrize("algorithm", ["Ditto", "SCAFFOLD", "FedPer", "Local"])
-def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir, tmp_path):
-    """A budget of about two clients' own state: most clients live in files most of the time."""
+def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir, tmp_path, monkeypatch):
+    """A budget of about two clients' own state: most clients live in files most of the time. Only the
+    clients whose tensors the round's uploads hold (never spilled: that would free nothing) may take the
+    total over the budget, and the count is what the clients own."""
     kept = server_for(data_dir, tmp_path / "kept", "-algo", algorithm, "-gr", "3", "-jr", "0.5")
     train(kept)
     per_client = max(c.own_bytes() for c in kept.clients)
@@ -116,11 +119,19 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
     seen = []
     original_note = store.note
 
-    def note(client):
-        original_note(client)
-        seen.append(store.resident_bytes)
+    def note(client, used=True):
+        original_note(client, used)
+        seen.append(store.resident_bytes - store.uploading_bytes())
     store.note = note
+    exact = []
+    park_clients = app.run.park_clients
+
+    def park_and_count(server):  # after every hook: the count is what the resident clients own now
+        park_clients(server)
+        exact.append(store.resident_bytes == sum(c.own_bytes() for c in server.clients if c._spill is None))
+    monkeypatch.setattr(app.run, "park_clients", park_and_count)
     train(spilled)
+    assert exact and all(exact)
     same_results(spilled, kept)
     assert store.spilled_files > 0 and store.read_files > 0
     assert max(seen) <= int(budget)

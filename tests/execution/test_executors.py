@@ -1,5 +1,6 @@
 """Executors: Ray workers give the sequential run's arrays bit for bit; state moves in place."""
 import copy
+import pickle
 
 import numpy as np
 import pytest
@@ -7,7 +8,8 @@ import torch
 
 import app.run
 from flcore.aggregation import named_tensors
-from flcore.executors.sequential import SequentialExecutor, train_detached, without_data
+from flcore.executors.sequential import SequentialExecutor
+from flcore.executors.shipping import SharedTable, ship, train_shipped
 from flcore.registry import valid_names
 from utils.result_utils import read_results
 from helpers import method_flags, server_for, state_equal, train, results_file
@@ -15,40 +17,93 @@ from helpers import method_flags, server_for, state_equal, train, results_file
 TIMING = {"rs_round_time"}
 
 
+def worker_copy(table: SharedTable) -> SharedTable:
+    """The table as a worker has it: its tensors and templates pickled and read back."""
+    return SharedTable(*pickle.loads(pickle.dumps((table.tensors, table.templates))))
+
+
+def trained_elsewhere(clients, keep_gradients=True):
+    """Train each client as a Ray worker does: shipped against a copy of the round's table, trained there,
+    its state and update shipped back; returns ``(state, update)`` per client, read on the server's side."""
+    table, packed = ship(clients)
+    worker = worker_copy(table)
+    for client in clients:
+        assert client.is_parked()
+    results = []
+    for client, blob in zip(clients, packed):
+        copied = worker.loads(blob)
+        assert copied.train_data is None and client.train_data is not None
+        copied.train_data, copied.test_data = client.train_data, client.test_data
+        results.append(table.loads(worker.dumps(train_shipped(copied, keep_gradients))))
+    return results
+
+
 def test_a_client_trained_elsewhere_comes_back_by_its_state_and_its_update(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "SCAFFOLD")
     client = server.clients[0]
-    model, optimizer = client.model, client.optimizer
-    shipped = copy.deepcopy(without_data(client))
-    assert shipped.train_data is None and client.train_data is not None
-    shipped.train_data, shipped.test_data = client.train_data, client.test_data
-    state, update = train_detached(shipped, keep_gradients=False)
+    before = copy.deepcopy(client.get_state())
+    (state, update), = trained_elsewhere([client], keep_gradients=False)
+    # The same training in this process, from the same state.
+    here = server_for(data_dir, tmp_path / "here", "-algo", "SCAFFOLD").clients[0]
+    here.set_state(before)
+    expected = here.train().without_gradients()
     client.set_state(state)
-    assert client.model is model and client.optimizer is optimizer  # live references stay valid
+    model, optimizer = client.model, client.optimizer
     assert client.optimizer.param_groups[0]["params"][0] is next(client.model.parameters())
-    assert state_equal(named_tensors(client.model), named_tensors(shipped.model))
-    assert torch.equal(client.generator.get_state(), shipped.generator.get_state())
-    assert state_equal(client.control_delta, shipped.control_delta)
+    assert model is client.model and optimizer is client.optimizer
+    assert state_equal(named_tensors(client.model), named_tensors(here.model))
+    assert torch.equal(client.generator.get_state(), here.generator.get_state())
+    assert state_equal(client.control_delta, here.control_delta)
     # The update is the trained shared tensors and the control delta; gradients stay behind unless asked.
     assert update.client_id == 0 and update.num_samples == client.train_samples and update.gradients == {}
-    assert state_equal(update.tensors, named_tensors(client.model))
-    assert state_equal(update.extras["control_delta"], client.control_delta)
+    assert state_equal(update.tensors, expected.tensors)
+    assert state_equal(update.extras["control_delta"], expected.extras["control_delta"])
     assert client.train_data is not None  # the server's copy keeps its data
-    assert train_detached(copy.deepcopy(shipped), keep_gradients=True)[1].gradients
+    client.park()
+    assert trained_elsewhere([client], keep_gradients=True)[0][1].gradients
+
+
+def test_shared_tensors_travel_once_per_round_and_own_ones_with_their_client(data_dir, tmp_path):
+    """FedPer after a broadcast: the base is every client's (in the table once), each head its own (in its
+    client's pickle only); what training leaves unchanged comes back as a name, not a copy."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedPer", "-nc", "4", "-jr", "1")
+    train(server)
+    server.send_models()  # heads trained: each client owns its head, the base is the latest broadcast
+    clients = server.clients
+    table, packed = ship(clients)
+    model_bytes = sum(t.numel() * t.element_size() for t in named_tensors(clients[0].model).values())
+    head = dict(clients[0].model.head.named_parameters())
+    head_bytes = sum(t.numel() * t.element_size() for t in head.values())
+    shared_bytes = sum(t.numel() * t.element_size() for t in table.tensors)
+    assert model_bytes - head_bytes <= shared_bytes < model_bytes  # the base, once, for 4 clients
+    whole = SharedTable([], table.templates)  # names the templates only: every tensor travels
+    base_bytes = model_bytes - head_bytes
+    for client, blob in zip(clients, packed):
+        assert len(whole.dumps(client.detached())) - len(blob) >= base_bytes
+        copied = worker_copy(table).loads(blob)
+        assert head_bytes <= sum(t.numel() * t.element_size() for t in copied.own_tensors().values())
+        assert state_equal(named_tensors(copied.model), named_tensors(client.model))
+    # What a worker parks unchanged goes back as a name: the base here (nothing trained it).
+    worker = worker_copy(table)
+    copied = worker.loads(packed[0])
+    copied.park()
+    returned = worker.dumps(copied.get_state())
+    assert len(SharedTable([], []).dumps(copied.get_state())) - len(returned) >= base_bytes
+    state = table.loads(returned)
+    tensors, = state["model"].values()  # the module's tensors, as get_state exports them
+    base = {k: v for k, v in tensors.items() if not k.startswith("head.")}
+    assert base and all(any(v is t for t in table.tensors) for v in base.values())
 
 
 class TrainedElsewhere(SequentialExecutor):
-    """Trains a copy of each client, as a Ray worker does, and brings back only its state and its update
-    (evaluation in this process, as there)."""
+    """Trains each client as a Ray worker does (:func:`trained_elsewhere`), and brings back only its state
+    and its update (evaluation in this process, as there)."""
 
     def train(self, clients):
-        results = []
-        for client in clients:
-            copied = copy.deepcopy(without_data(client))
-            copied.train_data, copied.test_data = client.train_data, client.test_data
-            results.append(train_detached(copied, keep_gradients=True))
+        results = trained_elsewhere(clients)
         for client, (state, _) in zip(clients, results):
             client.set_state(state)
+            client.park()
         return [update for _, update in results]
 
 

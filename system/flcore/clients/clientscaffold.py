@@ -5,8 +5,8 @@ The whole model is shared. Every local step follows ``g - c_i + c`` instead of t
 ``g`` (applied in :meth:`after_step` as the extra move ``-lr * (c - c_i)``), which cancels the
 client's drift towards its own optimum. After K steps the control variate is refreshed with the
 paper's option II, ``c_i+ = c_i - c + (x - y) / (K * lr)`` (x: the model the client started from,
-y: after training), and ``delta_c = c_i+ - c_i`` is left for the server. ``c_i`` is persistent
-client state; ``c`` is received from the server before training.
+y: after training), and ``delta_c = c_i+ - c_i`` goes to the server in the upload. ``c_i`` is
+persistent client state; ``c`` is received from the server before training.
 """
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ Controls = Dict[str, torch.Tensor]
 
 class clientSCAFFOLD(ReceivedModelClient):
     batched = Refused("every step is followed by the control-variate correction (after_step)")
-    # Besides c_i: c is received by the broadcast but read during training, and delta_c is written
-    # by training but read by the server, so both travel with the client wherever it trains.
+    # Besides c_i: c is received by the broadcast but read during training, so it travels with the client
+    # wherever it trains; delta_c is written by training and leaves in the upload (zeros between rounds).
     persistent_attrs = ("control", "server_control", "control_delta")
 
     def setup(self) -> None:
@@ -81,7 +81,10 @@ class clientSCAFFOLD(ReceivedModelClient):
         super().end_local_training()
 
     def upload_extras(self) -> dict:
-        return {"control_delta": self.control_delta}
+        # Handed over: the server reads delta_c from the update only. Kept, it would be a model's worth of
+        # dead state in every client that ever trained (45 MB each with ResNet18).
+        delta, self.control_delta = self.control_delta, shared_zeros(self.model)
+        return {"control_delta": delta}
 
 
 _ZEROS: Dict[tuple, FrozenTensors] = {}

@@ -85,6 +85,16 @@ class ModuleTemplate:
         self._interned: Dict[object, object] = {}
         self.extra_keys: set = set()  # (submodule index, attribute) a client set on a submodule
 
+    def __getstate__(self) -> dict:
+        # A copy (a worker's, see flcore.executors.shipping) gets no spares, and finds its own stand-ins.
+        state = dict(self.__dict__, spares=[])
+        del state["_owners"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._owners = {id(stand_in): key for key, stand_in in self._stand_ins.items()}
+
     def acquire(self) -> nn.Module:
         if self.spares:
             return self.spares.pop()

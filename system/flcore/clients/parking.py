@@ -31,7 +31,8 @@ a spilled attribute read). Only :meth:`~ParkingClient.module_state` and
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+import copy
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -129,12 +130,17 @@ class ParkingClient:
         """Whether any module attribute is checked out (or was set and never parked)."""
         return any(parkable(value) for value in vars(self).values())
 
+    def needs_parking(self) -> bool:
+        """Whether a module is checked out, or tensors were set since the store last counted the client
+        (a broadcast received while parked: what it owns shrank)."""
+        return self._touched or self.has_live_modules()
+
     def park(self) -> Dict[tuple, torch.Tensor]:
         """Park every module attribute (see the module docstring); returns, for :func:`rebind`, each
         working tensor's key and the tensor the client kept in its place."""
         moved: Dict[tuple, torch.Tensor] = {}
         seen: Dict[int, str] = {}
-        used = self._touched
+        used = False  # a module was checked out: the client counts as just used (see the store's LRU)
         for slot, value in list(vars(self).items()):
             if not parkable(value):
                 continue
@@ -156,9 +162,9 @@ class ParkingClient:
             self._parked[slot] = parked
             template.release(value)
         self._live.clear()
+        if (used or self._touched) and self._store is not None:
+            self._store.note(self, used)
         self._touched = False
-        if used and self._store is not None:
-            self._store.note(self)
         return moved
 
     def release(self, update=None):
@@ -211,6 +217,29 @@ class ParkingClient:
             _, reference, own = self._live[slot]
             reference.update((name, value.detach()) for name, value in values.items())
             own.difference_update(values)
+
+    def shared_references(self) -> Tuple[List[ModuleTemplate], List[torch.Tensor]]:
+        """The templates of its parked modules, and the tensors it holds without owning them: parked
+        tensors shared with other clients and the values of its :class:`FrozenTensors` attributes (what
+        :class:`~flcore.executors.shipping.SharedTable` sends once for many clients)."""
+        templates, shared = [], []
+        for parked in self._parked.values():
+            templates.append(parked.template)
+            shared.extend(t for name, t in parked.tensors.items() if name not in parked.own)
+        for value in vars(self).values():
+            if isinstance(value, FrozenTensors):
+                shared.extend(value.values())
+        return templates, shared
+
+    def detached(self) -> "ParkingClient":
+        """A shallow copy, parked and read back from the store, sharing this client's parked modules and
+        using no store (what travels to a worker; the executor sets its data there)."""
+        self.park()
+        self._read_back()
+        copied = copy.copy(self)
+        copied._start_parking()
+        copied._parked.update(self._parked)
+        return copied
 
     def module_state(self, slot: str) -> Optional[Tensors]:
         """The ``state_dict`` of module ``slot`` while it is parked (never write it), else None. A spilled

@@ -78,6 +78,7 @@ class ClientStateStore:
         self.folder = folder
         self._resident: "OrderedDict[int, tuple]" = OrderedDict()  # id(client) -> (client, bytes owned)
         self.resident_bytes = 0
+        self._uploading: set = set()  # id(client) of clients whose tensors the round's uploads hold
         self._live: Counter = Counter()                 # digest -> spilled clients whose state it holds
         self._pinned: Dict[int, FrozenSet[str]] = {}    # checkpoint round -> the digests it names
         self._cleanup = None
@@ -85,24 +86,47 @@ class ClientStateStore:
         self.read_files = 0
 
     # ----- what clients own ---------------------------------------------------------------------
-    def note(self, client) -> None:
-        """``client`` was just used (and parked): count what it owns now, as the most recent, and spill the
-        least recent clients while the total is over the budget."""
+    def note(self, client, used: bool = True) -> None:
+        """``client`` was parked after a use (``used``), or after tensors were only set into it (a broadcast):
+        count what it owns now, as the most recent if it was used, and spill the least recent clients while
+        the total is over the budget."""
         key = id(client)
-        _, before = self._resident.pop(key, (None, 0))
+        _, before = self._resident.get(key, (None, 0))
+        if used or not before:
+            self._resident.pop(key, None)
         self.resident_bytes -= before
         owned = client.own_bytes()
         if not owned:
+            self._resident.pop(key, None)
             return
         if self.budget is not None and owned > self.budget:
             raise StoreError(f"--state_memory {format_size(self.budget)} cannot hold one client's own state "
                              f"(client {client.id} keeps {format_size(owned)}); raise --state_memory")
         self._resident[key] = (client, owned)
         self.resident_bytes += owned
-        while self.budget is not None and self.resident_bytes > self.budget:
-            _, (victim, nbytes) = self._resident.popitem(last=False)
+        if self.budget is None or self.resident_bytes <= self.budget:
+            return
+        # Least recent first. A client whose tensors this round's uploads hold stays: spilling it would
+        # write a file and free nothing until the server has aggregated.
+        while self.resident_bytes > self.budget:
+            victim_key = next((k for k in self._resident if k not in self._uploading), None)
+            if victim_key is None:
+                return
+            victim, nbytes = self._resident.pop(victim_key)
             self.resident_bytes -= nbytes
             victim.spill()
+
+    def uploading(self, clients) -> None:
+        """``clients`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
+        self._uploading.update(id(client) for client in clients)
+
+    def uploading_bytes(self) -> int:
+        """What the clients whose tensors the round's uploads hold own (counted, never spilled)."""
+        return sum(nbytes for key, (_, nbytes) in self._resident.items() if key in self._uploading)
+
+    def uploaded(self) -> None:
+        """The round's uploads are gone (aggregated): their clients may spill again."""
+        self._uploading.clear()
 
     def forget(self, client) -> None:
         """``client`` no longer owns what was counted (it spilled, or is gone)."""

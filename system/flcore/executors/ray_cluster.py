@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import os
+import pickle
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
+from flcore.clients.parked_modules import ModuleTemplate
 from flcore.exchange import ClientUpdate
-from flcore.executors.sequential import evaluate_in_turn, train_detached, without_data
+from flcore.executors.sequential import evaluate_in_turn
+from flcore.executors.shipping import SharedTable, ship, train_shipped
 from utils import progress
 from utils.client_data import load_client_splits
 from utils.datasets import DatasetInfo
@@ -19,7 +22,8 @@ from utils.paths import REPO_ROOT, SYSTEM_DIR
 
 
 class _ClientWorker:
-    """A Ray actor: loads each client's data once, then trains whatever client state it is sent."""
+    """A Ray actor: loads each client's data once, keeps the run's module templates and the round's shared
+    tensors (:mod:`flcore.executors.shipping`), and trains whatever client it is sent against them."""
 
     def __init__(self, info: DatasetInfo, device: str, num_classes: int, few_shot: int, channels_last: bool,
                  threads: int, val_ratio: float = 0.0, keep_gradients: bool = False):
@@ -29,6 +33,8 @@ class _ClientWorker:
         self.splits = dict(num_classes=num_classes, few_shot=few_shot, channels_last=channels_last,
                            val_ratio=val_ratio)
         self.data: Dict[int, tuple] = {}
+        self.templates: list = []
+        self.table: Tuple[int, Optional[SharedTable]] = (-1, None)
 
     def _client_data(self, client_id: int) -> tuple:
         """The client's train and test data, split as the server split them (--val_ratio included)."""
@@ -37,12 +43,24 @@ class _ClientWorker:
             self.data[client_id] = (train, test)
         return self.data[client_id]
 
+    def hold(self, round_key: int, tensors: bytes, templates: Optional[bytes]) -> None:
+        """Keep round ``round_key``'s shared tensors (and, when sent, the run's templates) for the clients
+        that follow: Ray runs an actor's calls from one caller in the order they were made."""
+        if templates is not None:
+            self.templates = pickle.loads(templates)
+        self.table = (round_key, SharedTable(pickle.loads(tensors), self.templates))
+
     def pid(self) -> int:
         return os.getpid()
 
-    def train(self, client: Client) -> Tuple[dict, ClientUpdate]:
+    def train(self, packed: bytes, round_key: int) -> bytes:
+        """Train the client pickled in ``packed`` against round ``round_key``'s table (:meth:`hold`)."""
+        key, table = self.table
+        if key != round_key:
+            raise RuntimeError(f"a client of round {round_key} reached a worker holding round {key}'s tensors")
+        client = table.loads(packed)
         client.train_data, client.test_data = self._client_data(client.id)
-        return train_detached(client, self.keep_gradients)
+        return table.dumps(train_shipped(client, self.keep_gradients))
 
 
 class RayExecutor:
@@ -75,6 +93,10 @@ class RayExecutor:
                            channels_last, torch.get_num_threads(), server.config.val_ratio,
                            server.upload_needs_gradients())
         self.workers = [self._new_actor() for _ in range(workers)]
+        self.templates: List[ModuleTemplate] = []  # every template so far, in the order the workers hold them
+        self.round_key = 0
+        self.given: Dict[int, Tuple[int, int]] = {}  # id(actor) -> (round it holds, templates it holds)
+        self.sent_bytes = {"shared": 0, "clients": 0}  # in the last round (benchmarks/ray_speedup.py)
 
     def _new_actor(self):
         return self.actor_class.remote(*self.actor_args)
@@ -91,12 +113,24 @@ class RayExecutor:
         pending: Dict[object, tuple] = {}  # object ref -> (client, worker slot, the actor it went to)
         retries = {c.id: 0 for c in clients}
         trained: Dict[int, Tuple[dict, ClientUpdate]] = {}
+        # The round's shared tensors travel once to each worker, not once per client (executors/shipping.py).
+        table, packed = ship(clients, self.templates)
+        self.round_key += 1
+        tensors = pickle.dumps(table.tensors, protocol=pickle.HIGHEST_PROTOCOL)
+        packed_of = {client.id: blob for client, blob in zip(clients, packed)}
+        self.sent_bytes = {"shared": 0, "clients": 0}
 
         def submit(client: Client) -> None:
             slot = client.id % len(self.workers)
             actor = self.workers[slot]
-            pending[actor.train.remote(without_data(client))] = (client, slot, actor)
-            client.park()  # Ray has serialised the copy: the working modules go back to the pool
+            given = self.given.get(id(actor), (-1, 0))
+            if given[0] != self.round_key:
+                templates = None if given[1] == len(self.templates) else pickle.dumps(self.templates)
+                actor.hold.remote(self.round_key, tensors, templates)
+                self.given[id(actor)] = (self.round_key, len(self.templates))
+                self.sent_bytes["shared"] += len(tensors)
+            pending[actor.train.remote(packed_of[client.id], self.round_key)] = (client, slot, actor)
+            self.sent_bytes["clients"] += len(packed_of[client.id])
 
         for client in clients:
             submit(client)
@@ -112,7 +146,7 @@ class RayExecutor:
                     f"is simply that slow, raise --ray_timeout (0 waits forever)")
             client, slot, actor = pending.pop(done[0])
             try:
-                trained[client.id] = ray.get(done[0])
+                trained[client.id] = table.loads(ray.get(done[0]))
                 progress.current().advance()
             except ray.exceptions.RayTaskError as err:
                 # Surface the worker's own exception (e.g. DivergenceError) rather than Ray's wrapper.
@@ -154,6 +188,7 @@ class RayExecutor:
             raise RunError("every node of the Ray cluster is dead (its raylet was stopped or crashed), so the "
                            "lost worker cannot be replaced; restart Ray (or leave --ray_address empty for a "
                            "local one) and run again, with --resume if checkpoints were written")
+        self.given.pop(id(self.workers[slot]), None)
         self.workers[slot] = self._new_actor()
 
     def close(self) -> None:

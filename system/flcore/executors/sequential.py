@@ -1,9 +1,8 @@
-"""The selected clients train one after another in this process (PFLlib's way); and the two steps every
-executor that trains a client away from the server shares (what travels, what comes back)."""
+"""The selected clients train one after another in this process (PFLlib's way); and evaluation in turn,
+which every executor uses."""
 from __future__ import annotations
 
-import copy
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence
 
 from torch import nn
 
@@ -11,8 +10,6 @@ from flcore.clients.clientbase import Client
 from flcore.exchange import ClientUpdate
 from utils import progress
 from utils.metrics import ClientEvaluation
-
-_DATA_ATTRS = ("train_data", "test_data", "val_data")
 
 
 def evaluate_in_turn(clients: Sequence[Client],
@@ -54,20 +51,3 @@ class SequentialExecutor:
 
     def close(self) -> None:
         pass
-
-
-def without_data(client: Client) -> Client:
-    """A shallow copy of ``client`` with its data detached and every module checked out: what travels to a
-    worker (which holds them as plain modules). Park ``client`` again once the copy is sent."""
-    client.check_out_all()
-    shipped = copy.copy(client)
-    shipped._start_parking()
-    for name in _DATA_ATTRS:
-        setattr(shipped, name, None)
-    return shipped
-
-
-def train_detached(client: Client, keep_gradients: bool) -> Tuple[dict, ClientUpdate]:
-    """Train ``client`` (a copy, away from the server) and return its new state and its update."""
-    update = client.train()
-    return client.get_state(), (update if keep_gradients else update.without_gradients())

@@ -4,7 +4,7 @@ A round, as :class:`~app.run.FederatedRun` drives it (the loop, checkpoints, res
 there, not here)::
 
     select_clients -> send_models -> evaluate (every eval_gap) -> train_clients(selected)
-    -> receive_models -> aggregate_parameters -> end_round
+    -> receive_models -> aggregate_parameters -> end_round -> drop_uploads
 
 An algorithm overrides only the hooks it changes, in the spirit of Flower's ``Strategy``
 (``configure_train`` / ``aggregate_train``), and declares the attributes that carry its state from one
@@ -172,7 +172,12 @@ class Server:
     def train_clients(self, clients: Sequence[Client]) -> None:
         """The one place that decides how selected clients run (``--executor``: in turn, batched, on Ray);
         keeps their updates for :meth:`receive_models`."""
+        self.state_store.uploading(clients)
         self.trained_updates = {u.client_id: u for u in self.executor.train(clients)}
+
+    def drop_uploads(self) -> None:  # after the round: its updates, a model per trained client, are spent
+        self.trained_updates, self.uploads = {}, []
+        self.state_store.uploaded()
 
     def upload_needs_gradients(self) -> bool:
         """Whether uploads must carry the last minibatch's gradients (FedLAG's ``last_batch`` signal);

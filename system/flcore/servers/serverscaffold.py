@@ -45,6 +45,10 @@ class SCAFFOLD(Server):
         super().receive_models()
         self.uploaded_control_deltas = [update.extras["control_delta"] for update in self.uploads]
 
+    def drop_uploads(self) -> None:
+        super().drop_uploads()
+        self.uploaded_control_deltas = []
+
     @torch.no_grad()
     def aggregate_parameters(self) -> None:
         if not self.uploads:
