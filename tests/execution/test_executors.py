@@ -130,11 +130,13 @@ def test_every_algorithm_trained_elsewhere_equals_sequential(name, data_dir, tmp
 
 @pytest.mark.xdist_group("ray")  # the worker that runs the other Ray tests (tests/execution/test_ray_failures.py)
 @pytest.mark.parametrize("algorithm", ["FedLAG", "SCAFFOLD"])
-def test_ray_with_two_workers_equals_sequential(algorithm, ray_session, data_dir, tmp_path):
+def test_ray_with_two_workers_equals_sequential(algorithm, ray_session, data_dir, tmp_path, monkeypatch):
     """Across processes: FedLAG (the mixin's scoring on updates that arrive as copies) and SCAFFOLD (an
     upload with extras). That each algorithm's state and update carry what the server reads is checked for
     every algorithm, in one process, by the test above."""
-    arrays = {}
+    arrays, made = {}, []
+    make_executor = app.run.make_executor
+    monkeypatch.setattr(app.run, "make_executor", lambda *args: made.append(make_executor(*args)) or made[-1])
     for executor in ("sequential", "ray"):
         server = server_for(data_dir, tmp_path / executor, "-algo", algorithm, "-m", "CNN", "-jr", "0.5",
                             "-gr", "3", "--executor", executor, "--workers", "2")
@@ -143,3 +145,10 @@ def test_ray_with_two_workers_equals_sequential(algorithm, ray_session, data_dir
     assert set(arrays["ray"]) == set(arrays["sequential"])
     for name in set(arrays["ray"]) - TIMING:
         assert np.array_equal(arrays["ray"][name], arrays["sequential"][name]), name
+    # The last round's shared tensors (the broadcast, SCAFFOLD's control) went once to each worker that
+    # trained a client, not once per client; FedLAG's clients carried little more than their heads.
+    model = sum(t.numel() * t.element_size() for t in server.global_model.state_dict().values())
+    sent, trained = made[-1].sent_bytes, len(server.selected_clients)
+    workers = len({c.id % 2 for c in server.selected_clients})
+    assert trained == 3 and sent["tables"] == workers and sent["shared"] >= workers * model / 2
+    assert algorithm != "FedLAG" or sent["clients"] < trained * model / 2

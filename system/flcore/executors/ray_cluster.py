@@ -96,7 +96,7 @@ class RayExecutor:
         self.templates: List[ModuleTemplate] = []  # every template so far, in the order the workers hold them
         self.round_key = 0
         self.given: Dict[int, Tuple[int, int]] = {}  # id(actor) -> (round it holds, templates it holds)
-        self.sent_bytes = {"shared": 0, "clients": 0}  # in the last round (benchmarks/ray_speedup.py)
+        self.sent_bytes = {"shared": 0, "clients": 0, "tables": 0}  # the last round's (benchmarks/ray_speedup.py)
 
     def _new_actor(self):
         return self.actor_class.remote(*self.actor_args)
@@ -118,7 +118,7 @@ class RayExecutor:
         self.round_key += 1
         tensors = pickle.dumps(table.tensors, protocol=pickle.HIGHEST_PROTOCOL)
         packed_of = {client.id: blob for client, blob in zip(clients, packed)}
-        self.sent_bytes = {"shared": 0, "clients": 0}
+        self.sent_bytes = {"shared": 0, "clients": 0, "tables": 0}
 
         def submit(client: Client) -> None:
             slot = client.id % len(self.workers)
@@ -129,6 +129,7 @@ class RayExecutor:
                 actor.hold.remote(self.round_key, tensors, templates)
                 self.given[id(actor)] = (self.round_key, len(self.templates))
                 self.sent_bytes["shared"] += len(tensors)
+                self.sent_bytes["tables"] += 1
             pending[actor.train.remote(packed_of[client.id], self.round_key)] = (client, slot, actor)
             self.sent_bytes["clients"] += len(packed_of[client.id])
 
