@@ -8,8 +8,9 @@ Three rules (``--lag_schedule``):
   a decay ``--lag_decay`` per scored round, so a round with 6 pairs (4 uploads) weighs what it knows and
   no more, and a round with no pair changes nothing. Layers are ranked by how far apart their updates
   point: the accumulated *mean pairwise cosine*, lowest first, among the layers with at least one
-  conflicting pair (cosine < xi). Free places of the personal set fill with the lowest at once (waiting
-  as the base method costs more than it saves: measured in docs/fedlag.md). An incumbent gives way only on
+  conflicting pair (cosine < xi). A free place of the personal set fills as soon as the evidence names a
+  layer (see :func:`evidence_choice`; until then the round is the base method's: docs/fedlag.md has the
+  measurements behind the wait and what it costs). An incumbent gives way only on
   evidence: to a challenger whose updates conflict on average (mean cosine below xi) and whose cosines,
   over the pairs scored in both, are lower than the incumbent's by more than ``--lag_margin`` standard
   errors of that paired difference. A layer that returns from personal to shared has every client's
