@@ -92,12 +92,11 @@ class ClientStateStore:
         the total is over the budget."""
         key = id(client)
         _, before = self._resident.get(key, (None, 0))
-        if used or not before:
-            self._resident.pop(key, None)
         self.resident_bytes -= before
         owned = client.own_bytes()
-        if not owned:
+        if used or not owned:  # re-entered below as the most recent; a recount keeps its place
             self._resident.pop(key, None)
+        if not owned:
             return
         if self.budget is not None and owned > self.budget:
             raise StoreError(f"--state_memory {format_size(self.budget)} cannot hold one client's own state "

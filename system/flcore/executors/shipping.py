@@ -4,8 +4,8 @@ A parked client (:mod:`flcore.clients.parking`) is mostly references: to tensors
 round's broadcast, the initial model, SCAFFOLD's server control) and to the templates its working modules
 come from. Pickled one client at a time, each would carry its own copy of all of them: the whole model,
 once per client. Here they travel once: a :class:`SharedTable` lists the round's shared tensors and the
-templates, the executor sends that once (the Ray executor: one ``ray.put`` per round for the tensors, one
-per run for the templates), and each client travels as a pickle of what is its own, where every shared
+templates, the executor sends that once (the Ray executor: the tensors to each worker once a round, the
+templates once a run), and each client travels as a pickle of what is its own, where every shared
 tensor, template and optimiser stand-in is a reference into the table. The worker reads the client
 against its copy of the table, trains it, parks it (which keeps the tensors training left unchanged as
 references) and sends back its state and update the same way, so what it still shares costs nothing on
@@ -38,9 +38,10 @@ class SharedTable:
 
     def __init__(self, tensors: Sequence[torch.Tensor], templates: Sequence[ModuleTemplate]):
         self.tensors, self.templates = list(tensors), list(templates)
-        # By view, not identity: clients given the same broadcast hold views of its storage of their own.
+        # By view, not identity: a client may hold a view of a shared tensor of its own.
         self._tensor_at = {tensor_key(t): i for i, t in enumerate(self.tensors)}
         self._template_at = {id(t): i for i, t in enumerate(self.templates)}
+        self._prototype_tensors: Dict[int, Dict[str, torch.Tensor]] = {}  # template index -> its tensors
 
     @classmethod
     def of_round(cls, clients: Iterable[Client], templates: Optional[List[ModuleTemplate]] = None) -> "SharedTable":
@@ -81,7 +82,9 @@ class SharedTable:
         if kind == "template":
             return template
         slot, name = rest  # a stand-in the copy of the template may not have made yet
-        return template.stand_in(slot, name, named_tensors(template.prototype)[name])
+        if index not in self._prototype_tensors:
+            self._prototype_tensors[index] = named_tensors(template.prototype)
+        return template.stand_in(slot, name, self._prototype_tensors[index][name])
 
     def dumps(self, value) -> bytes:
         """``value`` pickled, with what the table holds named, not copied."""
