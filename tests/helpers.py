@@ -229,13 +229,13 @@ def assert_lag_composes(server, k: int = 2, private=None, sent_back=frozenset())
     (a dict of any other per-client tensors, e.g. Ditto's personal model) bit-identical. ``sent_back``:
     non-shared tensors the server keeps a copy of and sends each client its own of (FedGC's head).
 
-    Plays up to four rounds, until the evidence names a layer. Returns the set of LAG-personal names (the
+    Plays up to four rounds, until a round has a conflicting pair. Returns the set of LAG-personal names (the
     tensors of at most k layers; layers without any conflict are never chosen).
     """
     import copy
     from flcore.aggregation import named_tensors
     assert server.lag_selector.extra == k, (server.lag_selector.own_personal, server.lag.top_k)
-    # A free place fills only once the evidence names a layer, which one round may not.
+    # A free place fills in the first round with a conflicting pair, which a round may lack.
     for _ in range(4):
         play_round(server)
         if server.lag_personal:

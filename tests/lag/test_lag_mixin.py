@@ -169,7 +169,7 @@ def test_generic_composition_check_on_a_base_only_server(data_dir, tmp_path):
 
 def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(data_dir, tmp_path):
     server = server_of_class(with_layer_conflict(BaseOnly), data_dir, tmp_path, "-m", "CNN", "--lag_top_k", "4")
-    for _ in range(6):  # until the evidence names two personal layers
+    for _ in range(6):  # until two layers have had a conflicting pair
         play_round(server)
         if len(server.lag_personal) == 2:
             break

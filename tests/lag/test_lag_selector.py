@@ -77,32 +77,46 @@ def test_a_personal_layer_gives_way_only_on_enough_evidence():
     assert choose((0,), 1, 2.0) == (2,)       # c leads a by 3 > 2
     assert choose((0,), 1, 4.0) == (1,)       # only b's lead of 5 is above 4
     assert choose((1,), 1, 2.0) == (1,)       # c leads b by 1 only
-    assert choose((), 2, 9.0) == (1, 2)       # layers that conflict on average take free places at once
     assert choose((), 4, 0.0) == (0, 1, 2)    # d has no conflicting pair: never chosen
     assert choose((0,), 0, 0.0) == ()
-    # A challenger whose updates agree on average (mean cosine above xi) displaces nothing, whatever its
-    # lead; it fills a free place only when it leads the next lowest by the margin (c leads b by 1).
+    # A challenger whose updates agree on average (mean cosine above xi) displaces nothing, whatever its lead.
     agreeing = torch.tensor([0.5, 0.2, 0.1, 0.3], dtype=torch.float64)
     assert choose((0,), 1, 2.0, agreeing) == (0,)
-    assert choose((), 1, 2.0, agreeing) == ()
-    assert choose((), 1, 0.5, agreeing) == (2,)
+
+
+def test_a_free_place_fills_at_once_with_the_layer_nearest_the_output_that_the_evidence_does_not_rule_out():
+    """a is lowest; b lies 1 standard error above it, c 3 (d has no conflicting pair). Whatever the
+    margin, a place fills in the round; the margin says how far the choice may move towards the output."""
+    means = torch.tensor([-0.2, -0.1, 0.0, 0.3], dtype=torch.float64)
+    eligible = torch.tensor([True, True, True, False])
+    lead = lambda a, b: {(0, 1): 1.0, (0, 2): 3.0, (1, 2): 2.5}.get((a, b), 0.0)  # noqa: E731
+    choose = lambda k, margin, m=means: evidence_choice(m, eligible, lead, (), k, margin, 0.0)  # noqa: E731
+    assert choose(1, 0.5) == (0,)        # a is apart from b and c: a
+    assert choose(1, 2.0) == (1,)        # b is within 2 of a, c is not: b
+    assert choose(1, 4.0) == (2,)        # nothing is apart: the layer nearest the output
+    # Two places: the second fills by the same rule among the layers left (b lowest, c 2.5 above it).
+    assert choose(2, 2.0) == (0, 1)      # b first, then a (c is 3 above a)
+    assert choose(2, 4.0) == (1, 2)      # c first, then b (a's lead over b is 1)
+    # Layers whose updates agree on average fill a free place too: the base method's round is no safer.
+    agreeing = torch.tensor([0.5, 0.2, 0.1, 0.3], dtype=torch.float64)
+    assert choose(1, 2.0, agreeing) == (2,)
 
 
 def test_a_tie_in_round_0_cannot_lock_a_layer_in():
-    """Round 0: a and b conflict on all 6 pairs with the same cosines (a tie: the earlier layer, a, is
-    taken). From round 1 b's updates are further apart than a's, pair for pair: b must take a's place
+    """Round 0: a and b conflict on all 6 pairs with the same cosines (a tie: b, nearer the output, is
+    taken). From round 1 a's updates are further apart than b's, pair for pair: a must take b's place
     within a few rounds, and then hold it."""
     torch.manual_seed(0)
     sel = selector(top_k=1)
     tie = [-0.3, -0.2, -0.25, -0.1, -0.35, -0.15]
     history = [sel.observe(pair_evidence([tie, tie, [0.4] * 6]), uploads=4)]
     for _ in range(8):
-        a = (torch.rand(6) * 0.3 - 0.35).tolist()
-        b = [x - 0.1 - 0.05 * float(torch.rand(())) for x in a]
+        b = (torch.rand(6) * 0.3 - 0.35).tolist()
+        a = [x - 0.1 - 0.05 * float(torch.rand(())) for x in b]
         history.append(sel.observe(pair_evidence([a, b, [0.4] * 6]), uploads=4))
-    assert history[0] == (0,)
-    assert (1,) in history[1:4]
-    assert history[history.index((1,)):] == [(1,)] * (len(history) - history.index((1,)))
+    assert history[0] == (1,)
+    assert (0,) in history[1:4]
+    assert history[history.index((0,)):] == [(0,)] * (len(history) - history.index((0,)))
     # The rate of conflicting pairs alone could not tell them apart: both sit at 1.0 throughout.
     assert torch.allclose(sel.rates()[:2], torch.ones(2, dtype=torch.float64))
 

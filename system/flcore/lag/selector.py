@@ -8,10 +8,9 @@ Three rules (``--lag_schedule``):
   a decay ``--lag_decay`` per scored round, so a round with 6 pairs (4 uploads) weighs what it knows and
   no more, and a round with no pair changes nothing. Layers are ranked by how far apart their updates
   point: the accumulated *mean pairwise cosine*, lowest first, among the layers with at least one
-  conflicting pair (cosine < xi). A free place of the personal set fills as soon as the evidence names a
-  layer (see :func:`evidence_choice`; until then the round is the base method's: docs/fedlag.md has the
-  measurements behind the wait and what it costs). An incumbent gives way only on
-  evidence: to a challenger whose updates conflict on average (mean cosine below xi) and whose cosines,
+  conflicting pair (cosine < xi). A free place of the personal set fills at once, with the layer nearest
+  the output among those the evidence does not separate from the lowest (see :func:`evidence_choice`;
+  docs/fedlag.md has the measurements behind it). An incumbent gives way only on evidence: to a challenger whose updates conflict on average (mean cosine below xi) and whose cosines,
   over the pairs scored in both, are lower than the incumbent's by more than ``--lag_margin`` standard
   errors of that paired difference. A layer that returns from personal to shared has every client's
   copy replaced by one average, so returns must be rare and deliberate.
@@ -28,8 +27,8 @@ Three rules (``--lag_schedule``):
   from a stream seeded by the run's seed, personal from the first round; the evidence is still recorded.
 
 In every rule but ``random`` a layer with no conflict at all is never chosen (with no evidence, nothing new is
-personalised), and a round with fewer than two uploads is recorded but changes nothing. Ties go to
-the earlier layer, so the choice depends on the evidence alone, not on the order clients uploaded in.
+personalised), and a round with fewer than two uploads is recorded but changes nothing. Equal scores rank
+the earlier layer first, so the choice depends on the evidence alone, not on the order clients uploaded in.
 
 The knobs themselves, and their ``--lag_*`` flags, are :class:`~.settings.LagSettings`. Imports only
 torch, so ``lag/`` can be copied into a PFLlib checkout unchanged.
@@ -95,29 +94,26 @@ def evidence_choice(means: torch.Tensor, eligible: torch.Tensor, lead, current: 
     """The personal set after one update of the evidence.
 
     ``means``: each layer's accumulated mean cosine; ``eligible``: the layers with a conflicting pair;
-    ``lead(a, b)``: standard errors by which layer a's cosines lie below layer b's. A free place fills with
-    the eligible layer of lowest mean when the evidence names it: its updates conflict on average (mean
-    below ``xi``), or its lead over the next lowest exceeds ``margin``; otherwise it stays free (the base
-    method's behaviour) until the evidence separates them, so a difference of one round's noise between
-    layers that all agree on average never decides. A challenger replaces the incumbent of highest mean only when its
-    own updates conflict on average (mean below ``xi``) and its lead over the incumbent exceeds
-    ``margin``: once personal, a layer's updates start from each client's own copy and agree more, so a
-    shared layer that merely agrees a little less would otherwise win in the end on that drift alone.
-    Ties rank the earlier layer first.
+    ``lead(a, b)``: standard errors by which layer a's cosines lie below layer b's. A free place fills at
+    once, with the eligible layer nearest the output among those the evidence does not separate from the
+    one of lowest mean (its lead over them is at most ``margin``): a difference of one round's noise never
+    puts a layer far from the output in place of the head, and a layer far apart by the evidence is still
+    taken first. A challenger replaces the incumbent of highest mean only when its own updates conflict on
+    average (mean below ``xi``) and its lead over the incumbent exceeds ``margin``: once personal, a
+    layer's updates start from each client's own copy and agree more, so a shared layer that merely agrees
+    a little less would otherwise win in the end on that drift alone. Ties of the mean rank the earlier
+    layer first.
     """
     if k <= 0:
         return ()
     rank = lambda i: (float(means[i]), i)  # noqa: E731 - most opposed first, then the earlier layer
     chosen = [i for i in current if i < len(means)][:k]
-    challengers = sorted((i for i in range(len(means)) if i not in chosen and bool(eligible[i])), key=rank)
-    for place, challenger in enumerate(challengers):
-        if len(chosen) < k:
-            runner_up = challengers[place + 1] if place + 1 < len(challengers) else None
-            if float(means[challenger]) < xi or runner_up is None or lead(challenger, runner_up) > margin:
-                chosen.append(challenger)
-                continue
-            break  # the lowest is not named yet: the next lowest is no better named
-
+    open_layers = lambda: sorted((i for i in range(len(means)) if i not in chosen and bool(eligible[i])),  # noqa: E731
+                                 key=rank)
+    while len(chosen) < k and open_layers():
+        lowest, *others = open_layers()
+        chosen.append(max([lowest] + [i for i in others if lead(lowest, i) <= margin]))
+    for challenger in open_layers():
         weakest = max(chosen, key=rank)
         if float(means[challenger]) < xi and rank(challenger) < rank(weakest) and lead(challenger, weakest) > margin:
             chosen[chosen.index(weakest)] = challenger

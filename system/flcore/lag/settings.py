@@ -60,7 +60,7 @@ class LagSettings:
         "smoothed: weight kept by the evidence so far at each scored round, in (0, 1]"))
     margin: float = flag("--lag_margin", default=2.0, minimum=0, run_key="lag-margin", help=(
         "smoothed: standard errors by which a layer's cosines must lie below a personal layer's, pair for "
-        "pair, to displace it"))
+        "pair, to displace it, or below those of the layers nearer the output, to take a free place before them"))
 
     share: str = flag("--lag_share", default="own", choices=SHARES, help=(
         "own: every client keeps its own copy of a personal layer; groups: a personal layer is averaged "
