@@ -21,7 +21,7 @@ Per run: best, final and the largest fall between two consecutive evaluations af
 FedLAG rules, the layers kept personal (each layer with the share of runs in which it was personal at
 the end); for group sharing, IFCA and CFL, the adjusted Rand index of the final groups against the true
 ones. Runs are skipped when their complete ``.h5`` exists, so an interrupted study resumes. Writes
-``table.md`` next to the runs (``--out``).
+``table.md`` next to the runs (``--out``), with every cell that has runs there, whichever this call ran.
 """
 from __future__ import annotations
 
@@ -148,6 +148,19 @@ def personal_layers(runs: List[dict]) -> str:
     return ", ".join(f"{name} {n}/{len(runs)}" for name, n in counts.most_common()) or "none"
 
 
+def reported_cells(opts) -> List[Tuple[str, str, float]]:
+    """Every cell of the study with a complete run in ``--out``, whatever this invocation ran: a study made in
+    parts (one dataset or rate at a time) still gets one whole table."""
+    rates = sorted(set(opts.jr) | {1.0, 0.2}, reverse=True)
+    cells = [(shift, folder_of(d, shift, opts.images), jr)
+             for d in SOURCES for shift in SHIFTS if d in SHIFTS[shift][2] for jr in rates]
+    return [(shift, folder, jr) for shift, folder, jr in cells
+            if any(read_results(path)[1].get("complete")
+                   for label, (algorithm, _, _) in METHODS.items() for seed in range(opts.seeds)
+                   for path in [result_path(opts.out, folder, algorithm, goal_of(label, jr), seed)]
+                   if path.is_file())]
+
+
 def table(opts, cells: Sequence[Tuple[str, str, float]]) -> str:
     lines = []
     for shift, folder, jr in cells:
@@ -191,16 +204,16 @@ def main() -> None:
     cli.add_argument("--table_only", action="store_true", help="only rebuild the table from the runs")
     opts = cli.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
-    cells = [(shift, ensure_dataset(d, shift, opts.images, opts.data_dir), jr)
-             for d in opts.datasets for shift in opts.shifts if d in SHIFTS[shift][2] for jr in sorted(opts.jr, reverse=True)]
     if not opts.table_only:
+        cells = [(shift, ensure_dataset(d, shift, opts.images, opts.data_dir), jr) for d in opts.datasets
+                 for shift in opts.shifts if d in SHIFTS[shift][2] for jr in sorted(opts.jr, reverse=True)]
         # Seeds outermost and cheap cells first, so a budget that runs out leaves whole seeds.
         jobs = [(folder, label, jr, seed, opts) for seed in range(opts.seeds)
                 for shift, folder, jr in sorted(cells, key=lambda c: c[2]) for label in opts.methods]
         with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
             for message in pool.map(run_one, jobs):
                 print(message, flush=True)
-    text = table(opts, cells)
+    text = table(opts, reported_cells(opts))
     (opts.out / "table.md").write_text(
         f"{opts.rounds + 1} evaluations (rounds 0..{opts.rounds}), `-lr {opts.lr:g}`, 20 clients, "
         f"{opts.images or 'all'} images; accuracy in %, mean ± std over {opts.seeds} seeds; drop = largest fall "
