@@ -32,7 +32,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def run_one(job) -> str:
     folder, label, jr, seed, opts = job
     algorithm, flags, _ = METHODS[label]
     path = result_path(opts.out, folder, algorithm, goal_of(label, jr), seed)
-    if path.is_file() and read_results(path)[1].get("complete"):
+    if complete_run(path) is not None:
         return f"kept {path.name}"
     cmd = [sys.executable, str(REPO / "system" / "main.py"), "-data", folder, "-m", "CNN", "-algo", algorithm,
            "-gr", str(opts.rounds), "-jr", str(jr), "-lr", str(opts.lr), "-go", goal_of(label, jr), "-dev", "cpu",
@@ -148,43 +148,45 @@ def personal_layers(runs: List[dict]) -> str:
     return ", ".join(f"{name} {n}/{len(runs)}" for name, n in counts.most_common()) or "none"
 
 
-def reported_cells(opts) -> List[Tuple[str, str, float]]:
-    """Every cell of the study with a complete run in ``--out``, whatever this invocation ran: a study made in
-    parts (one dataset or rate at a time) still gets one whole table."""
+def complete_run(path: Path) -> Optional[dict]:
+    """The arrays of the run at ``path`` if it finished, else None (absent or interrupted)."""
+    if not path.is_file():
+        return None
+    arrays, attrs = read_results(path)
+    return arrays if attrs.get("complete") else None
+
+
+def study_cells(opts) -> List[Tuple[str, str, float]]:
+    """Every cell of the study, whatever this invocation ran: a study made in parts (one dataset or rate at a
+    time) still gets one whole table."""
     rates = sorted(set(opts.jr) | {1.0, 0.2}, reverse=True)
-    cells = [(shift, folder_of(d, shift, opts.images), jr)
-             for d in SOURCES for shift in SHIFTS if d in SHIFTS[shift][2] for jr in rates]
-    return [(shift, folder, jr) for shift, folder, jr in cells
-            if any(read_results(path)[1].get("complete")
-                   for label, (algorithm, _, _) in METHODS.items() for seed in range(opts.seeds)
-                   for path in [result_path(opts.out, folder, algorithm, goal_of(label, jr), seed)]
-                   if path.is_file())]
+    return [(shift, folder_of(d, shift, opts.images), jr)
+            for d in SOURCES for shift in SHIFTS if d in SHIFTS[shift][2] for jr in rates]
 
 
-def table(opts, cells: Sequence[Tuple[str, str, float]]) -> str:
+def table(opts) -> str:
+    """One section per cell with complete runs in ``--out``, one row per method with runs."""
     lines = []
-    for shift, folder, jr in cells:
-        lines += [f"### {shift}: `{folder}`, `-jr {jr:g}`", "",
-                  "| method | best | final | worst drop | personal layers | adjusted Rand index |", "|---|---|---|---|---|---|"]
+    for shift, folder, jr in study_cells(opts):
+        rows = []
         for label, (algorithm, _, _) in METHODS.items():
-            stats, runs = [], []
-            for seed in range(opts.seeds):
-                path = result_path(opts.out, folder, algorithm, goal_of(label, jr), seed)
-                if path.is_file() and read_results(path)[1].get("complete"):
-                    arrays = read_results(path)[0]
-                    stats.append(run_stats(arrays["rs_test_acc"]))
-                    runs.append(arrays)
-            if not stats:
+            runs = [arrays for seed in range(opts.seeds)
+                    for arrays in [complete_run(result_path(opts.out, folder, algorithm, goal_of(label, jr), seed))]
+                    if arrays is not None]
+            if not runs:
                 continue
-            n = len(stats)
-            best, final, drop = (list(v) for v in zip(*stats))
+            n = len(runs)
+            best, final, drop = (list(v) for v in zip(*(run_stats(a["rs_test_acc"]) for a in runs)))
             layers = personal_layers(runs) if "lag_personal" in runs[0] else ""
             found = [final_groups(a) for a in runs]
             ari = (cell([adjusted_rand(g) for g in found if g is not None], n)
                    if shift != "label" and any(g is not None for g in found) else "")
             seeds = f" ({n} seed{'s' if n > 1 else ''})" if n != opts.seeds else ""
-            lines.append(f"| {label}{seeds} | {cell(best, n)} | {cell(final, n)} | {cell(drop, n)} | {layers} | {ari} |")
-        lines.append("")
+            rows.append(f"| {label}{seeds} | {cell(best, n)} | {cell(final, n)} | {cell(drop, n)} | {layers} | {ari} |")
+        if rows:
+            lines += [f"### {shift}: `{folder}`, `-jr {jr:g}`", "",
+                      "| method | best | final | worst drop | personal layers | adjusted Rand index |",
+                      "|---|---|---|---|---|---|", *rows, ""]
     return "\n".join(lines)
 
 
@@ -213,7 +215,7 @@ def main() -> None:
         with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
             for message in pool.map(run_one, jobs):
                 print(message, flush=True)
-    text = table(opts, reported_cells(opts))
+    text = table(opts)
     (opts.out / "table.md").write_text(
         f"{opts.rounds + 1} evaluations (rounds 0..{opts.rounds}), `-lr {opts.lr:g}`, 20 clients, "
         f"{opts.images or 'all'} images; accuracy in %, mean ± std over {opts.seeds} seeds; drop = largest fall "
