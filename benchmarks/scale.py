@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py                                   # the committed table
     python benchmarks/scale.py --clients 100 1000 --models CNN --methods FedAvg Ditto
+    python benchmarks/scale.py --checks_only                     # the two checks again, beside the saved runs
 
 Each configuration runs in a process of its own (its peak resident memory, ``VmHWM``, is its own):
 ``-nc`` clients of one 10,000-client MNIST split (Dirichlet 100 over the labels, about 5 train and 2 test
@@ -141,6 +142,8 @@ def main() -> None:
     cli.add_argument("--per_round", type=int, default=10)
     cli.add_argument("--checks", action=argparse.BooleanOptionalAction, default=True,
                      help="also the Ditto --state_memory run and the checkpoint size")
+    cli.add_argument("--checks_only", action="store_true",
+                     help="run only the checks again, keeping the runs saved in --out's runs.json")
     cli.add_argument("--data_dir", type=Path, default=REPO / "dataset")
     cli.add_argument("--source", type=Path, default=REPO.parent / "shared" / "data" / "mnist-70k.npz",
                      help="MNIST as one .npz of x and y (the generator's --source)")
@@ -150,13 +153,15 @@ def main() -> None:
     opts.out.mkdir(parents=True, exist_ok=True)
     saved = opts.out / "runs.json"
     runs: List[dict] = []
-    for model in opts.models:
+    if opts.checks_only:
+        runs = json.loads(saved.read_text(encoding="utf-8"))["runs"]
+    for model in [] if opts.checks_only else opts.models:
         for method in opts.methods:
             for clients in opts.clients:
                 runs.append(run_one(opts, method, model, clients))
                 print(json.dumps(runs[-1]), flush=True)
     checks: Dict[str, dict] = {}
-    if opts.checks:
+    if opts.checks or opts.checks_only:
         checks["ditto"] = run_one(opts, "Ditto", "ResNet18", 200, "--state_memory", "2G")
         checks["checkpoint"] = run_one(opts, "FedLAG", "CNN", 1000, mode="checkpoint")
         print(json.dumps(checks), flush=True)

@@ -3,6 +3,7 @@ the least recently used clients' own tensors go to checksummed files and come ba
 results bit-identical to keeping everything in memory, checkpoints that name the files, and refusals of
 what cannot work."""
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,6 +76,8 @@ def test_files_are_named_by_their_bytes_and_refused_when_altered(tmp_path):
     assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in tensors.items())
     path = store.path_of(record)
     data = path.read_bytes()
+    from safetensors.torch import save
+    assert data == save(tensors)  # streamed to the file, yet the bytes safetensors makes in memory
     path.write_bytes(data[:-3])
     assert "truncated or altered" in store.problem(record)
     with pytest.raises(StoreError, match="truncated or altered"):
@@ -83,6 +86,31 @@ def test_files_are_named_by_their_bytes_and_refused_when_altered(tmp_path):
     assert "truncated or altered" in store.problem(record)
     path.unlink()
     assert "cannot be read" in store.problem(record)
+
+
+def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatch):
+    import flcore.clients.state_store as state_store
+    trims = []
+    monkeypatch.setattr(state_store, "release_free_memory", lambda: trims.append(len(spilled)))
+    spilled = []
+
+    class Owner:  # what the store asks of a parked client
+        def __init__(self, cid, nbytes):
+            self.id, self.nbytes = cid, nbytes
+
+        def own_bytes(self):
+            return self.nbytes
+
+        def spill(self):
+            spilled.append(self.id)
+            self.nbytes = 0
+
+    mb = 1 << 20
+    store = ClientStateStore(budget=30 * mb)
+    for cid in range(5):
+        store.note(Owner(cid, 20 * mb))
+    # Each new client pushes out the least recent, 20 MB each: a trim once 32 MB or more were spilled.
+    assert spilled == [0, 1, 2, 3] and trims == [2, 4] and store.resident_bytes == 20 * mb
 
 
 def test_a_record_is_checked_before_it_is_trusted():
@@ -219,18 +247,24 @@ def test_an_altered_client_state_file_is_named_and_its_checkpoint_refused(data_d
 
 
 def test_a_full_disk_while_spilling_stops_the_run_in_one_line_keeping_results(data_dir, tmp_path, monkeypatch):
-    import flcore.clients.state_store as state_store
-    from helpers import full_disk_from
+    import safetensors.torch
+    from safetensors import SafetensorError
     from utils.errors import RunError
     budget = spilling_budget(data_dir, tmp_path)
     server = server_for(data_dir, tmp_path / "full", *SPILLING, "--state_memory", budget)
-    monkeypatch.setattr(state_store, "atomic_path", full_disk_from(1))
+
+    def full_disk(tensors, path):  # what safetensors raises when the disk fills under it
+        Path(path).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
     with pytest.raises(RunError) as stop:
         train(server)
     message = str(stop.value)
     assert len(message.splitlines()) == 1 and "cannot write a client's state to" in message
     assert "No space left on device" in message and "Results so far kept in" in message
     assert read_results(results_file(server))[0]["rs_test_acc"].size >= 1
+    folder = server.state_store.folder
+    assert not (folder.is_dir() and any(folder.glob(".spill.*")))  # the partial file went
 
 
 def test_a_store_folder_that_cannot_be_made_stops_the_run_in_one_line(data_dir, tmp_path):

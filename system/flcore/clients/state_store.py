@@ -30,12 +30,15 @@ from typing import Dict, FrozenSet, Mapping, Optional
 
 import torch
 
-from dataset.utils.atomic_io import atomic_path
+from dataset.utils.atomic_io import create_temp_file
 from utils.checkpoint import KEEP
+from utils.memory_release import release_free_memory
 from utils.sizes import format_size
 
 Tensors = Dict[str, torch.Tensor]
 _FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
+# Spilled bytes after which the freed memory is given back to the system (about a ResNet-18's worth).
+TRIM_AFTER_BYTES = 32 << 20
 
 
 class StoreError(RuntimeError):
@@ -82,6 +85,7 @@ class ClientStateStore:
         self._live: Counter = Counter()                 # digest -> spilled clients whose state it holds
         self._pinned: Dict[int, FrozenSet[str]] = {}    # checkpoint round -> the digests it names
         self._cleanup = None
+        self._spilled_since_trim = 0
         self.spilled_files = 0   # files written, and read back, over the run (benchmarks/scale.py reads them)
         self.read_files = 0
 
@@ -110,10 +114,16 @@ class ClientStateStore:
         while self.resident_bytes > self.budget:
             victim_key = next((k for k in self._resident if k not in self._uploading), None)
             if victim_key is None:
-                return
+                break
             victim, nbytes = self._resident.pop(victim_key)
             self.resident_bytes -= nbytes
             victim.spill()
+            self._spilled_since_trim += nbytes
+        # What the victims held was freed among live blocks, where glibc keeps it (utils/memory_release.py).
+        # A trim walks the whole heap, so it waits until a sizeable amount was freed.
+        if self._spilled_since_trim >= TRIM_AFTER_BYTES:
+            release_free_memory()
+            self._spilled_since_trim = 0
 
     def uploading(self, clients) -> None:
         """``clients`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
@@ -134,8 +144,13 @@ class ClientStateStore:
 
     # ----- files --------------------------------------------------------------------------------
     def write(self, tensors: Mapping[str, torch.Tensor]) -> SpillRecord:
-        """Write ``tensors`` to the file named by their bytes' SHA-256 (once: the same bytes, the same file)."""
-        from safetensors.torch import save
+        """Write ``tensors`` to the file named by their bytes' SHA-256 (once: the same bytes, the same file).
+
+        Streamed: safetensors writes from the tensors' own memory into a temporary file, which is hashed in
+        chunks and renamed. A model-sized ``bytes`` of the file is never made (spilling is what happens
+        when memory is short; two copies of a client's state at that moment would be the run's peak)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import save_file
         if not tensors:
             raise ValueError("nothing to spill")
         device = str(next(iter(tensors.values())).device)
@@ -147,30 +162,35 @@ class ClientStateStore:
             pointer = (tensor.untyped_storage().data_ptr(), tensor.device)
             plain[name] = tensor.clone() if pointer in seen and tensor.numel() else tensor
             seen.add(pointer)
-        data = save(plain)
-        digest = hashlib.sha256(data).hexdigest()
-        path = self._folder() / f"{digest}.safetensors"
+        folder = self._folder()
         try:
-            os.makedirs(path.parent, exist_ok=True)
-            if not path.is_file() or path.stat().st_size != len(data):
-                with atomic_path(path) as tmp:
-                    Path(tmp).write_bytes(data)
-        except OSError as err:
-            raise StoreError(f"--state_memory: cannot write a client's state to {path.parent} "
-                             f"({err.strerror or err}); free space there, or raise --state_memory",
+            os.makedirs(folder, exist_ok=True)
+            tmp = create_temp_file(folder, ".spill.")  # a dot-name: close() removes one a crash left
+            try:
+                save_file(plain, tmp)
+                digest, nbytes = _sha256_of(Path(tmp))
+                path = folder / f"{digest}.safetensors"
+                if not path.is_file() or path.stat().st_size != nbytes:  # else the same bytes are there
+                    os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+        except (OSError, SafetensorError) as err:
+            raise StoreError(f"--state_memory: cannot write a client's state to {folder} "
+                             f"({getattr(err, 'strerror', None) or err}); free space there, or raise --state_memory",
                              resumable=True) from None
         self._live[digest] += 1
         self.spilled_files += 1
-        return SpillRecord(digest, len(data), device)
+        return SpillRecord(digest, nbytes, device)
 
     def read(self, record: SpillRecord) -> Tensors:
         """The tensors of ``record``'s file, checked against its name, on their device."""
-        from safetensors.torch import load
+        from safetensors.torch import load_file
         path = self.path_of(record)
         problem = self.problem(record)
         if problem:
             raise StoreError(problem)
-        tensors = load(path.read_bytes())
+        tensors = load_file(path)
         self.read_files += 1
         if record.device != "cpu":
             tensors = {name: t.to(record.device) for name, t in tensors.items()}
@@ -194,10 +214,10 @@ class ClientStateStore:
         """Why ``record``'s file cannot be read back (missing, truncated or altered), or None."""
         path = self.path_of(record)
         try:
-            data = path.read_bytes()
+            digest, nbytes = _sha256_of(path)
         except OSError as err:
             return f"client state file {path} cannot be read ({err.strerror or err})"
-        if len(data) != record.nbytes or hashlib.sha256(data).hexdigest() != record.digest:
+        if nbytes != record.nbytes or digest != record.digest:
             return f"client state file {path} is truncated or altered (its SHA-256 is not its name)"
         return None
 
@@ -239,3 +259,13 @@ class ClientStateStore:
             self.folder = Path(tempfile.mkdtemp(prefix="client-state-"))
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
         return self.folder
+
+
+def _sha256_of(path: Path, chunk: int = 1 << 20) -> "tuple[str, int]":
+    """The SHA-256 (hex) and size of the file at ``path``, read a chunk at a time."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as file:
+        while block := file.read(chunk):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
