@@ -21,6 +21,7 @@ FedLAG / CNN at 1,000 clients. Writes ``table.md`` and ``runs.json`` under ``--o
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -153,13 +154,12 @@ def main() -> None:
     opts.out.mkdir(parents=True, exist_ok=True)
     saved = opts.out / "runs.json"
     runs: List[dict] = []
-    if opts.checks_only:
+    if opts.checks_only:  # the saved runs stay; only the checks are made again
         runs = json.loads(saved.read_text(encoding="utf-8"))["runs"]
-    for model in [] if opts.checks_only else opts.models:
-        for method in opts.methods:
-            for clients in opts.clients:
-                runs.append(run_one(opts, method, model, clients))
-                print(json.dumps(runs[-1]), flush=True)
+    else:
+        for model, method, clients in itertools.product(opts.models, opts.methods, opts.clients):
+            runs.append(run_one(opts, method, model, clients))
+            print(json.dumps(runs[-1]), flush=True)
     checks: Dict[str, dict] = {}
     if opts.checks or opts.checks_only:
         checks["ditto"] = run_one(opts, "Ditto", "ResNet18", 200, "--state_memory", "2G")
