@@ -8,6 +8,8 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.clients.clientavg import clientAVG
 from flcore.lag import LagError, LagSettings, top_k_positive, with_layer_conflict
+from flcore.lag.client_tensors import model_snapshot, model_tensors
+from flcore.lag.conflict import layer_evidence, stack_layer_updates
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
@@ -129,6 +131,48 @@ def test_delta_signal_is_the_change_since_the_broadcast(data_dir, tmp_path):
     update = server.lag_update_of(client.id)
     for name, param in client.model.named_parameters():
         assert torch.equal(update[name], (param.detach() - start[name]).reshape(-1))
+
+
+def test_dropped_uploads_are_not_scored_and_the_rest_score_as_if_alone(data_dir, tmp_path):
+    """With -cdr some selected clients never upload: their rows are zero and unscored, and the round's
+    evidence is that of the uploads' updates alone (a Gram matrix over them, by hand)."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-cdr", "0.5")
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    start = {c.id: {n: p.detach().clone() for n, p in c.model.named_parameters()} for c in server.selected_clients}
+    server.train_clients(server.selected_clients)
+    server.receive_models()
+    uploaded = [u.client_id for u in server.uploads]
+    assert 2 <= len(uploaded) < len(server.selected_clients)
+    assert set(server._lag_scored) == set(uploaded)
+    for row, client in enumerate(server.selected_clients):  # rows in selection order
+        if client.id not in uploaded:
+            assert not server._lag_matrix[row].any()
+    by_id = {c.id: c for c in server.clients}
+    updates = [{n: (p.detach() - start[i][n]) for n, p in by_id[i].model.named_parameters()} for i in uploaded]
+    expected = layer_evidence(stack_layer_updates(updates, server.lag_layers), server.lag.xi)
+    assert torch.equal(server.lag_selector.history["scores"][-1], expected.conflicts)
+    assert torch.equal(server.lag_selector.history["pairs"][-1], expected.pairs)
+
+
+def test_a_start_held_by_reference_is_never_written_and_a_live_model_is_copied(data_dir, tmp_path):
+    """A parked client's starting tensors are held by reference (training replaces them, never writes
+    them); a client whose model is live (a PFLlib client) is copied, so training it in place leaves the
+    start as it was."""
+    server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-jr", "1")
+    play_round(server)  # a client parks once it has trained
+    parked, live = server.clients[0], server.clients[1]
+    live.check_out_all()
+    assert parked.is_parked("model") and not live.is_parked("model")
+    held, copied = model_snapshot(parked), model_snapshot(live)
+    assert all(held[n] is t for n, t in model_tensors(parked).items())
+    held_before, copied_before = ({n: t.clone() for n, t in state.items()} for state in (held, copied))
+    with torch.no_grad():
+        for param in live.model.parameters():
+            param.add_(1.0)
+    server.train_clients([parked])
+    assert state_equal(held, held_before) and state_equal(copied, copied_before)
+    assert not state_equal(model_tensors(parked), held)
 
 
 def test_last_batch_signal_is_the_gradient_left_by_local_training(data_dir, tmp_path, monkeypatch):

@@ -20,6 +20,15 @@ def model_tensors(client) -> State:
     return {**dict(model.named_parameters()), **dict(model.named_buffers())}
 
 
+def model_snapshot(client) -> State:
+    """``client``'s model tensors as they are now, held until it has trained: a parked client's own tensors
+    by reference (nobody writes them: training and a broadcast replace them), anyone else's copied."""
+    is_parked = getattr(client, "is_parked", None)
+    if callable(is_parked) and is_parked("model"):
+        return model_tensors(client)
+    return {name: tensor.detach().clone() for name, tensor in model_tensors(client).items()}
+
+
 @torch.no_grad()
 def write_model_tensors(client, values: Mapping[str, torch.Tensor]) -> None:
     """Set tensors of ``client``'s model by full name, as ``copy_`` into them would. ``values`` are never

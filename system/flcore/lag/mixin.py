@@ -41,7 +41,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .client_tensors import model_tensors, write_model_tensors
+from .client_tensors import model_snapshot, model_tensors, write_model_tensors
 from .conflict import Layer, build_layers, layer_evidence_in_spans, with_module_buffers
 from .groups import UpdateProfiles, group_members, sample_weighted_average
 from .selector import LayerSelector
@@ -62,7 +62,8 @@ class LayerConflictMixin:
         self._lag_columns: Optional[Dict[str, Tuple[int, int]]] = None
         self._lag_spans: List[List[Tuple[int, int]]] = []
         self._lag_matrix: Optional[torch.Tensor] = None
-        self._lag_rows: Dict[int, int] = {}     # client id -> row holding its starting parameters
+        self._lag_rows: Dict[int, int] = {}     # client id -> its row of the update matrix this round
+        self._lag_starts: Dict[int, State] = {}  # client id -> its starting tensors this round
         self._lag_scored: Dict[int, int] = {}   # client id -> row holding its last scored update
         # --lag_share groups: the clients' update profiles, and per round each layer's groups (-1: shared).
         self.lag_profiles: Optional[UpdateProfiles] = None
@@ -114,12 +115,13 @@ class LayerConflictMixin:
     def send_models(self):
         super().send_models()
         if self.lag.signal == "delta":
-            # theta^(r): what each selected client starts local training from, one row per client.
+            # theta^(r): what each selected client starts local training from, held (a parked client's
+            # tensors by reference) until its upload turns its row of the update matrix into the update.
             selected = list(self.selected_clients)
-            matrix = self._lag_buffer(len(selected), selected[0]) if selected else None
-            for row, client in enumerate(selected):
-                torch.cat(self._lag_model_parts(client), out=matrix[row])
+            if selected:
+                self._lag_buffer(len(selected), selected[0])
             self._lag_rows = {c.id: row for row, c in enumerate(selected)}
+            self._lag_starts = {c.id: model_snapshot(c) for c in selected}
 
     # ----- upload: base behaviour, then score and choose --------------------------------------------
     def upload_needs_gradients(self) -> bool:
@@ -200,12 +202,24 @@ class LayerConflictMixin:
             row = self._lag_rows.pop(update.client_id, None)
             if row is None:  # trained without a broadcast first: no starting point to compare with
                 continue
-            start = self._lag_matrix[row]
-            # theta^(r,E) - theta^(r); columns the update does not hold read as no change.
-            start.sub_(torch.cat(self._lag_flat_parts(update, update.tensors, default=start))).neg_()
+            self._lag_write_update(update, self._lag_starts.pop(update.client_id), self._lag_matrix[row])
             self._lag_scored[update.client_id] = row
             rows.append(row)
+        for row in self._lag_rows.values():  # selected, never uploaded: a row of zeros, never scored
+            self._lag_matrix[row].zero_()
+        self._lag_rows, self._lag_starts = {}, {}
         return rows
+
+    def _lag_write_update(self, update, start: State, row: torch.Tensor) -> None:
+        """``row`` := theta^(r,E) - theta^(r), one pass a tensor: each uploaded tensor less the client's
+        starting one (``start``, by full name); a column the update does not hold is zero (no change)."""
+        full = {update.full_name(name): tensor for name, tensor in update.tensors.items()}
+        for name, (a, b) in self._lag_columns.items():
+            value = full.get(name)
+            if value is None:
+                row[a:b].zero_()
+            else:
+                torch.sub(value.detach().reshape(-1), start[name].detach().reshape(-1), out=row[a:b])
 
     def _lag_layout(self, client) -> Dict[str, Tuple[int, int]]:
         """Column range of every parameter in the flat vector (``named_parameters()`` order)."""
@@ -226,24 +240,15 @@ class LayerConflictMixin:
             self._lag_matrix = torch.empty(num_rows, width, dtype=param.dtype, device=param.device)
         return self._lag_matrix
 
-    def _lag_model_parts(self, client) -> List[torch.Tensor]:
-        """The client's parameters in layout order, flattened."""
-        tensors = model_tensors(client)
-        return [tensors[name].detach().reshape(-1) for name in self._lag_layout(client)]
-
-    def _lag_flat_parts(self, update, tensors: State, default: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
-        """``tensors`` (an update's parameters or gradients, by name under its ``shared_path``) in layout
-        order, flattened; a column they do not hold comes from ``default`` (a row), else zeros."""
+    def _lag_flat_parts(self, update, tensors: State) -> List[torch.Tensor]:
+        """``tensors`` (an update's gradients, by name under its ``shared_path``) in layout order, flattened;
+        a column they do not hold reads as zeros."""
         full = {update.full_name(name): tensor for name, tensor in tensors.items()}
         parts = []
         for name, (a, b) in self._lag_columns.items():
             value = full.get(name)
-            if value is not None:
-                parts.append(value.detach().reshape(-1))
-            elif default is not None:
-                parts.append(default[a:b])
-            else:
-                parts.append(torch.zeros(b - a, dtype=self._lag_matrix.dtype, device=self._lag_matrix.device))
+            parts.append(value.detach().reshape(-1) if value is not None else
+                         torch.zeros(b - a, dtype=self._lag_matrix.dtype, device=self._lag_matrix.device))
         return parts
 
     def lag_update_of(self, client_id: int) -> State:
