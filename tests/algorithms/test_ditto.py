@@ -48,10 +48,30 @@ def test_the_anchor_is_the_model_received_this_round_and_both_models_train(data_
     client = server.selected_clients[0]
     received = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     personal = copy.deepcopy(named_tensors(client.model_per))
-    client.train()
-    assert state_equal(client.received, received)
+    client.train()  # the anchor itself: the next test
     assert not state_equal(named_tensors(client.model), received)
     assert not state_equal(named_tensors(client.model_per), personal)
+
+
+def test_the_anchor_is_held_by_reference_and_stays_the_received_model_through_the_personal_step(data_dir, tmp_path):
+    server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU), "-pls", "2")
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    client = server.selected_clients[0]
+    received = {n: p.detach().clone() for n, p in client.model.named_parameters()}
+    seen = []
+    personal_loss = client.personal_loss
+
+    def watched(x, y):
+        params = dict(client.model.named_parameters())
+        seen.append((all(t.data_ptr() == params[n].data_ptr() for n, t in client.received.items()),
+                     state_equal(client.received, received)))
+        return personal_loss(x, y)
+    client.personal_loss = watched
+    client.train()
+    # Every step of both personal epochs saw views of w (no copy), holding the bits received.
+    assert len(seen) >= 2 and all(view and equal for view, equal in seen)
+    assert client.received == {}  # and none is kept after the step
 
 
 def test_rs_test_acc_reports_the_personal_models_and_rs_global_the_received_global(data_dir, tmp_path):

@@ -101,6 +101,9 @@ def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatc
         def own_bytes(self):
             return self.nbytes
 
+        def has_live_modules(self):  # parked: it may be spilled
+            return False
+
         def spill(self):
             spilled.append(self.id)
             self.nbytes = 0
@@ -111,6 +114,56 @@ def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatc
         store.note(Owner(cid, 20 * mb))
     # Each new client pushes out the least recent, 20 MB each: a trim once 32 MB or more were spilled.
     assert spilled == [0, 1, 2, 3] and trims == [2, 4] and store.resident_bytes == 20 * mb
+
+
+def test_room_is_made_from_the_least_recent_clients_never_the_one_asking_nor_one_in_use():
+    spilled = []
+
+    class Owner:
+        def __init__(self, cid, nbytes, in_use=False):
+            self.id, self.nbytes, self.in_use = cid, nbytes, in_use
+
+        def own_bytes(self):
+            return self.nbytes
+
+        def has_live_modules(self):
+            return self.in_use
+
+        def spill(self):
+            spilled.append(self.id)
+            self.nbytes = 0
+
+    store = ClientStateStore(budget=100)
+    owners = [Owner(cid, 30) for cid in range(3)]
+    for owner in owners:
+        store.note(owner)
+    owners[0].in_use = True  # checked out again (a server step reading it), not re-counted yet
+    store.make_room(40, keep=owners[1])  # 90 + 40 > 100: 30 must go, and only client 2 may go
+    assert spilled == [2] and store.resident_bytes == 60
+    store.make_room(40)  # 60 + 40 fits
+    assert spilled == [2]
+
+
+def test_a_template_keeps_no_values_and_its_working_modules_have_the_examples_layout():
+    from torch import nn
+    from flcore.clients.parked_modules import ModuleTemplate, load_module, park_module
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+            self.bn = nn.BatchNorm2d(4)
+            self.embed, self.out = nn.Embedding(5, 4), nn.Linear(4, 5, bias=False)
+            self.out.weight = self.embed.weight  # one tensor in two submodules
+            self.conv.bias.requires_grad_(False)
+    example = Tied()
+    template = ModuleTemplate(example)
+    assert all(t.is_meta for t in named_tensors(template.prototype).values())  # not a model's worth of memory
+    working = load_module(park_module(example, template, {}))
+    for (name, made), (_, original) in zip(named_tensors(working).items(), named_tensors(example).items()):
+        assert made.device == original.device and made.stride() == original.stride(), name
+        assert made.requires_grad == original.requires_grad and torch.equal(made, original), name
+    assert working.out.weight is working.embed.weight and type(working.bn.running_mean) is torch.Tensor
 
 
 def test_a_record_is_checked_before_it_is_trusted():
@@ -151,6 +204,13 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
         original_note(client, used)
         seen.append(store.resident_bytes - store.uploading_bytes())
     store.note = note
+    before_read = []
+    original_read = store.read
+
+    def read(record):  # room is made first: what is read back fits beside what stays resident
+        before_read.append(store.resident_bytes - store.uploading_bytes() + record.nbytes)
+        return original_read(record)
+    store.read = read
     exact = []
     park_clients = app.run.park_clients
 
@@ -162,7 +222,7 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
     assert exact and all(exact)
     same_results(spilled, kept)
     assert store.spilled_files > 0 and store.read_files > 0
-    assert max(seen) <= int(budget)
+    assert max(seen) <= int(budget) and before_read and max(before_read) <= int(budget)
     assert not store.folder.exists()  # a completed run leaves no client-state file
 
 

@@ -16,7 +16,7 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.vmapped.support import Refused
 from flcore.clients.clientbase import Client
 from flcore.hyperparameters import DittoParams
-from flcore.training.personal import State, parameter_copies, squared_distance_to
+from flcore.training.personal import State, squared_distance_to
 
 
 class clientDitto(Client):
@@ -38,9 +38,13 @@ class clientDitto(Client):
         self.train_personal(self.plocal_epochs)
 
     def train_personal(self, epochs: int) -> None:
-        self.received = parameter_copies(self.model)
+        # w^t held by reference, not copied (a model's worth less at the round's peak): w does not move
+        # while v trains, since only v's optimiser steps here and w trains afterwards.
+        self.received = {name: param.detach() for name, param in self.model.named_parameters()}
         self.model_per.train()
         self.run_epochs(epochs, self.personal_loss, self.optimizer_per)
+        for param in self.model_per.parameters():  # v's gradients are spent; w's training follows
+            param.grad = None
         if self.learning_rate_decay:
             self.learning_rate_scheduler_per.step()
         self.received = {}  # w^t is needed only here: a client keeps no copy of the model between rounds

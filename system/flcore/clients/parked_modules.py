@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from typing import AbstractSet, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -74,9 +74,11 @@ class ModuleTemplate:
     the tensor names, and the stand-ins optimisers hold for parked parameters."""
 
     def __init__(self, example: nn.Module):
-        self.prototype = copy.deepcopy(example)
-        for param in self.prototype.parameters():
-            param.grad = None
+        # A working module is loaded with a client's tensors before any use, so the prototype's values are
+        # never read: it holds none (shape-only tensors), and a new working module gets memory on the
+        # devices the example's tensors were on.
+        self.devices: Dict[str, torch.device] = {name: t.device for name, t in named_tensors(example).items()}
+        self.prototype = _shape_only_copy(example)
         self.names: Tuple[str, ...] = tuple(named_tensors(self.prototype))
         self.state_keys: Tuple[str, ...] = tuple(self.prototype.state_dict())
         self.spares: List[nn.Module] = []
@@ -99,7 +101,7 @@ class ModuleTemplate:
         if self.spares:
             return self.spares.pop()
         with torch.inference_mode(False):  # a module made under inference mode could never train
-            return copy.deepcopy(self.prototype)
+            return _with_memory(copy.deepcopy(self.prototype), self.devices)
 
     def release(self, module: nn.Module) -> None:
         if len(self.spares) < MAX_SPARES:
@@ -112,7 +114,7 @@ class ModuleTemplate:
         key = (slot, name)
         stand_in = self._stand_ins.get(key)
         if stand_in is None:
-            stand_in = torch.zeros((), dtype=param.dtype, device=param.device).expand(param.shape)
+            stand_in = torch.zeros((), dtype=param.dtype, device=self.devices[name]).expand(param.shape)
             self._stand_ins[key] = stand_in
             self._owners[id(stand_in)] = key
         return stand_in
@@ -125,6 +127,32 @@ class ModuleTemplate:
     def intern(self, value):
         """One shared object per distinct flag set, so that thousands of clients hold one each."""
         return self._interned.setdefault(value, value)
+
+
+def _shape_only_copy(module: nn.Module) -> nn.Module:
+    """A deep copy of ``module`` whose parameters and buffers are shape-only (on the meta device, strides
+    and ``requires_grad`` kept, no gradient): the example's values are never copied."""
+    memo = {}
+    with torch.inference_mode(False):
+        for tensor in named_tensors(module).values():
+            blank = torch.empty_like(tensor.detach(), device="meta")
+            memo[id(tensor)] = nn.Parameter(blank, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else blank
+        return copy.deepcopy(module, memo)
+
+
+def _with_memory(module: nn.Module, devices: Mapping[str, torch.device]) -> nn.Module:
+    """``module`` (a copy of a shape-only prototype) with uninitialised memory for each parameter and buffer
+    on ``devices[name]``, strides kept (a tensor held by two submodules stays one tensor)."""
+    made: Dict[int, torch.Tensor] = {}
+    for name, tensor in named_tensors(module).items():
+        real = torch.empty_like(tensor, device=devices[name])
+        made[id(tensor)] = nn.Parameter(real, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else real
+    for sub in module.modules():
+        for table in (sub._parameters, sub._buffers):
+            for name, tensor in table.items():
+                if tensor is not None:
+                    table[name] = made[id(tensor)]
+    return module
 
 
 _TEMPLATES: "weakref.WeakValueDictionary[tuple, ModuleTemplate]" = weakref.WeakValueDictionary()
@@ -163,12 +191,15 @@ class ParkedModule:
 
 
 def park_module(module: nn.Module, template: ModuleTemplate, reference: Mapping[str, torch.Tensor],
-                reference_own: AbstractSet[str] = frozenset()) -> ParkedModule:
+                reference_own: AbstractSet[str] = frozenset(),
+                make_room: Optional[Callable[[int], None]] = None) -> ParkedModule:
     """``module`` as a :class:`ParkedModule`: a tensor with the bits of ``reference[name]`` (what it was
     loaded with, the client's own where ``reference_own`` names it) or of the latest frozen tensor of that
-    name is kept by reference, any other copied as the client's own."""
+    name is kept by reference, any other copied as the client's own. ``make_room(nbytes)`` is told what the
+    copies will take before they are made (the client-state store spills others first)."""
     tensors: Tensors = {}
     own = set()
+    copies = []
     with torch.inference_mode(False), torch.no_grad():
         for name, tensor in named_tensors(module).items():
             tensor = tensor.detach()
@@ -179,9 +210,14 @@ def park_module(module: nn.Module, template: ModuleTemplate, reference: Mapping[
             else:
                 kept = _RECENT.get(name)
                 if kept is None or not same_bits(tensor, kept):
-                    kept = tensor.clone()
+                    copies.append(name)
+                    kept = tensor
                     own.add(name)
             tensors[name] = kept
+        if make_room is not None and copies:
+            make_room(sum(tensors[name].numel() * tensors[name].element_size() for name in copies))
+        for name in copies:
+            tensors[name] = tensors[name].clone()
     return ParkedModule(template, tensors, *_flags(module, template), own=own)
 
 

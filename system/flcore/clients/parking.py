@@ -140,24 +140,26 @@ class ParkingClient:
         working tensor's key and the tensor the client kept in its place."""
         moved: Dict[tuple, torch.Tensor] = {}
         seen: Dict[int, str] = {}
-        used = False  # a module was checked out: the client counts as just used (see the store's LRU)
-        for slot, value in list(vars(self).items()):
-            if not parkable(value):
-                continue
-            used = True
+        slots = [(slot, value) for slot, value in vars(self).items() if parkable(value)]
+        used = bool(slots)  # a module was checked out: the client counts as just used (see the store's LRU)
+        # Gradients first: parking copies what the client owns, and those copies are the peak of a round
+        # where every slot's gradients are still held beside them. (An update that carries gradients holds
+        # its own references to them.)
+        for _, value in slots:
+            for param in value.parameters():
+                param.grad = None
+        for slot, value in slots:
             for tensor in named_tensors(value).values():
                 if seen.setdefault(id(tensor), slot) != slot:
                     raise RuntimeError(f"client attributes {seen[id(tensor)]!r} and {slot!r} hold the same "
                                        f"tensors; a client's modules must each own theirs")
             template, reference, own = self._live.pop(slot, (None, {}, set()))
             template = template or template_for(value)
-            parked = park_module(value, template, reference, own)
+            parked = park_module(value, template, reference, own, self._make_room)
             working = named_tensors(value)
             moved.update((tensor_key(working[name]), parked.tensors[name]) for name in working)
             ids = {id(p): name for name, p in value.named_parameters()}
             swap_parameters(self, lambda p: template.stand_in(slot, ids[id(p)], p) if id(p) in ids else p)
-            for param in value.parameters():
-                param.grad = None
             del self.__dict__[slot]
             self._parked[slot] = parked
             template.release(value)
@@ -166,6 +168,11 @@ class ParkingClient:
             self._store.note(self, used)
         self._touched = False
         return moved
+
+    def _make_room(self, nbytes: int) -> None:
+        """``nbytes`` more of this client's own are about to be made: the store spills others first."""
+        if self._store is not None:
+            self._store.make_room(nbytes, keep=self)
 
     def release(self, update=None):
         """Park, and move ``update``'s tensors (views of the working modules) onto what the client kept."""
@@ -328,6 +335,7 @@ class ParkingClient:
         record = self.__dict__.get("_spill")
         if record is None:
             return
+        self._store.make_room(record.nbytes, keep=self)
         tensors = self._store.read(record)
         for key, tensor in tensors.items():
             kind, _, rest = key.partition("/")

@@ -107,18 +107,25 @@ class ClientStateStore:
                              f"(client {client.id} keeps {format_size(owned)}); raise --state_memory")
         self._resident[key] = (client, owned)
         self.resident_bytes += owned
-        if self.budget is None or self.resident_bytes <= self.budget:
+        self.make_room(0)
+
+    def make_room(self, nbytes: int, keep=None) -> None:
+        """Spill the least recently used clients (never ``keep``) until ``nbytes`` more fit in the budget:
+        a client about to read its tensors back makes room first, so the store never holds more."""
+        if self.budget is None or self.resident_bytes + nbytes <= self.budget:
             return
         # Least recent first. A client whose tensors this round's uploads hold stays: spilling it would
-        # write a file and free nothing until the server has aggregated.
-        while self.resident_bytes > self.budget:
-            victim_key = next((k for k in self._resident if k not in self._uploading), None)
+        # write a file and free nothing until the server has aggregated; so does one in use.
+        while self.resident_bytes + nbytes > self.budget:
+            victim_key = next((k for k, (client, _) in self._resident.items()
+                               if k not in self._uploading and client is not keep and not client.has_live_modules()),
+                              None)
             if victim_key is None:
                 break
-            victim, nbytes = self._resident.pop(victim_key)
-            self.resident_bytes -= nbytes
+            victim, spilled = self._resident.pop(victim_key)
+            self.resident_bytes -= spilled
             victim.spill()
-            self._spilled_since_trim += nbytes
+            self._spilled_since_trim += spilled
         # What the victims held was freed among live blocks, where glibc keeps it (utils/memory_release.py).
         # A trim walks the whole heap, so it waits until a sizeable amount was freed.
         if self._spilled_since_trim >= TRIM_AFTER_BYTES:
