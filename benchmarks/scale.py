@@ -3,6 +3,7 @@
     python benchmarks/scale.py                                   # the committed table
     python benchmarks/scale.py --clients 100 1000 --models CNN --methods FedAvg Ditto
     python benchmarks/scale.py --checks_only                     # the two checks again, beside the saved runs
+    OTHER_ENV/bin/python benchmarks/scale.py --checks_only       # ... with another torch build, kept beside
 
 Each configuration runs in a process of its own (its peak resident memory, ``VmHWM``, is its own):
 ``-nc`` clients of one 10,000-client MNIST split (Dirichlet 100 over the labels, about 5 train and 2 test
@@ -16,7 +17,9 @@ Reported per run: peak resident memory, resident memory once the clients are bui
 variates, ...) and the client-state files written (``--state_memory``). Also: the bytes each extra client
 adds (the slope between the two largest counts) against what it owns plus its data, and two named
 checks: Ditto with ResNet18 at 200 clients under ``--state_memory 2G``, and the size of a checkpoint of
-FedLAG / CNN at 1,000 clients. Writes ``table.md`` and ``runs.json`` under ``--out``.
+FedLAG / CNN at 1,000 clients. Each run records its torch build; the checks are kept per build, since the
+build alone moves the peak (a CUDA build's libraries take about 0.4 GB more resident memory than the
+CPU-only build's, used or not). Writes ``table.md`` and ``runs.json`` under ``--out``.
 """
 from __future__ import annotations
 
@@ -61,7 +64,8 @@ own = sum(c.own_bytes() for c in server.clients)
 spilled = sum(c._spill.nbytes for c in server.clients if c._spill is not None)
 data = sum(int(d.x.numel() * d.x.element_size() + d.y.numel() * d.y.element_size())
            for c in server.clients for d in (c.train_data, c.test_data))
-print(json.dumps({"peak": resident("VmHWM"), "built": built, "round_times": server.history["rs_round_time"],
+import torch
+print(json.dumps({"torch": torch.__version__, "peak": resident("VmHWM"), "built": built, "round_times": server.history["rs_round_time"],
                   "own_in_memory": own, "own_in_files": spilled, "data": data,
                   "files_written": store.spilled_files, "files_read": store.read_files,
                   "checkpoint": checkpoint, "final_accuracy": server.rs_test_acc[-1]}))
@@ -101,15 +105,17 @@ def kb(count) -> str:
     return f"{count / 1e3:.1f}"
 
 
-def table(runs: List[dict]) -> str:
-    lines = ["| model | method | clients | peak GB | built GB | s/round | owned in memory MB | owned in files MB | "
-             "files written / read |", "|---|---|---|---|---|---|---|---|---|"]
+def table(runs: List[dict], with_torch: bool = False) -> str:
+    lines = ["| " + "torch | " * with_torch + "model | method | clients | peak GB | built GB | s/round | "
+             "owned in memory MB | owned in files MB | files written / read |",
+             "|---" * (9 + with_torch) + "|"]
     for r in runs:
+        build = f"| {r.get('torch', '?')} " if with_torch else ""
         if "failed" in r:
-            lines.append(f"| {r['model']} | {r['method']} {' '.join(r['extra'])} | {r['clients']} | failed: "
+            lines.append(f"{build}| {r['model']} | {r['method']} {' '.join(r['extra'])} | {r['clients']} | failed: "
                          f"{r['failed']} | | | | | |")
             continue
-        lines.append(f"| {r['model']} | {r['method']} {' '.join(r['extra'])} | {r['clients']:,} | {gb(r['peak'])} | "
+        lines.append(f"{build}| {r['model']} | {r['method']} {' '.join(r['extra'])} | {r['clients']:,} | {gb(r['peak'])} | "
                      f"{gb(r['built'])} | {r['s_per_round']:.2f} | {r['own_in_memory'] / 1e6:.1f} | "
                      f"{r['own_in_files'] / 1e6:.1f} | {r['files_written']} / {r['files_read']} |")
     return "\n".join(lines)
@@ -161,19 +167,25 @@ def main() -> None:
             runs.append(run_one(opts, method, model, clients))
             print(json.dumps(runs[-1]), flush=True)
     checks: Dict[str, dict] = {}
+    if opts.checks_only:  # checks made with another torch build stay beside this one's
+        checks = {name: check for name, check in json.loads(saved.read_text(encoding="utf-8")).get("checks", {}).items()
+                  if "torch" in check}
     if opts.checks or opts.checks_only:
-        checks["ditto"] = run_one(opts, "Ditto", "ResNet18", 200, "--state_memory", "2G")
-        checks["checkpoint"] = run_one(opts, "FedLAG", "CNN", 1000, mode="checkpoint")
+        build = __import__("torch").__version__
+        checks[f"ditto {build}"] = run_one(opts, "Ditto", "ResNet18", 200, "--state_memory", "2G")
+        checks[f"checkpoint {build}"] = run_one(opts, "FedLAG", "CNN", 1000, mode="checkpoint")
         print(json.dumps(checks), flush=True)
     saved.write_text(json.dumps({"runs": runs, "checks": checks}, indent=1) + "\n", encoding="utf-8")
-    text = [f"torch {__import__('torch').__version__}, CPU, one thread; `-nc N` of `{SPLIT}`, about "
+    build = next((r["torch"] for r in runs if "torch" in r), __import__("torch").__version__)
+    text = [f"torch {build}, CPU, one thread; `-nc N` of `{SPLIT}`, about "
             f"{opts.per_round} clients trained per round, {opts.rounds} rounds after round 0.", "",
             table(runs), "", "Memory one more client adds (between the two largest counts):", "", slopes(runs)]
     if checks:
-        text += ["", "Checks:", "", table(list(checks.values()))]
-        size = checks["checkpoint"].get("checkpoint")
-        if size:
-            text += ["", f"Checkpoint of FedLAG / CNN at 1,000 clients: {size / 1e6:.1f} MB."]
+        text += ["", "Checks (torch build of each in its row):", "", table(list(checks.values()), with_torch=True)]
+        for name, check in checks.items():
+            if name.startswith("checkpoint") and check.get("checkpoint"):
+                text += ["", f"Checkpoint of FedLAG / CNN at 1,000 clients ({check.get('torch', '?')}): "
+                             f"{check['checkpoint'] / 1e6:.1f} MB."]
     (opts.out / "table.md").write_text("\n".join(text) + "\n", encoding="utf-8")
     print("\n".join(text))
 
