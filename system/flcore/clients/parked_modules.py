@@ -78,7 +78,7 @@ class ModuleTemplate:
         # never read: it holds none (shape-only tensors), and a new working module gets memory on the
         # devices the example's tensors were on.
         self.devices: Dict[str, torch.device] = {name: t.device for name, t in named_tensors(example).items()}
-        self.prototype = _shape_only_copy(example)
+        self.prototype = _copy_with_blanks(example, lambda name: torch.device("meta"))
         self.names: Tuple[str, ...] = tuple(named_tensors(self.prototype))
         self.state_keys: Tuple[str, ...] = tuple(self.prototype.state_dict())
         self.spares: List[nn.Module] = []
@@ -100,8 +100,7 @@ class ModuleTemplate:
     def acquire(self) -> nn.Module:
         if self.spares:
             return self.spares.pop()
-        with torch.inference_mode(False):  # a module made under inference mode could never train
-            return _with_memory(copy.deepcopy(self.prototype), self.devices)
+        return _copy_with_blanks(self.prototype, self.devices.__getitem__)
 
     def release(self, module: nn.Module) -> None:
         if len(self.spares) < MAX_SPARES:
@@ -129,30 +128,16 @@ class ModuleTemplate:
         return self._interned.setdefault(value, value)
 
 
-def _shape_only_copy(module: nn.Module) -> nn.Module:
-    """A deep copy of ``module`` whose parameters and buffers are shape-only (on the meta device, strides
-    and ``requires_grad`` kept, no gradient): the example's values are never copied."""
+def _copy_with_blanks(module: nn.Module, device_of: Callable[[str], torch.device]) -> nn.Module:
+    """A deep copy of ``module`` whose parameters and buffers are new, uninitialised tensors on
+    ``device_of(name)`` (shapes, strides and ``requires_grad`` kept, no gradient): no value is copied, and
+    a tensor two submodules share stays one tensor."""
     memo = {}
-    with torch.inference_mode(False):
-        for tensor in named_tensors(module).values():
-            blank = torch.empty_like(tensor.detach(), device="meta")
+    with torch.inference_mode(False):  # a module made under inference mode could never train
+        for name, tensor in named_tensors(module).items():
+            blank = torch.empty_like(tensor.detach(), device=device_of(name))
             memo[id(tensor)] = nn.Parameter(blank, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else blank
         return copy.deepcopy(module, memo)
-
-
-def _with_memory(module: nn.Module, devices: Mapping[str, torch.device]) -> nn.Module:
-    """``module`` (a copy of a shape-only prototype) with uninitialised memory for each parameter and buffer
-    on ``devices[name]``, strides kept (a tensor held by two submodules stays one tensor)."""
-    made: Dict[int, torch.Tensor] = {}
-    for name, tensor in named_tensors(module).items():
-        real = torch.empty_like(tensor, device=devices[name])
-        made[id(tensor)] = nn.Parameter(real, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else real
-    for sub in module.modules():
-        for table in (sub._parameters, sub._buffers):
-            for name, tensor in table.items():
-                if tensor is not None:
-                    table[name] = made[id(tensor)]
-    return module
 
 
 _TEMPLATES: "weakref.WeakValueDictionary[tuple, ModuleTemplate]" = weakref.WeakValueDictionary()
