@@ -176,8 +176,8 @@ def main() -> None:
         checks[f"checkpoint {build}"] = run_one(opts, "FedLAG", "CNN", 1000, mode="checkpoint")
         print(json.dumps(checks), flush=True)
     saved.write_text(json.dumps({"runs": runs, "checks": checks}, indent=1) + "\n", encoding="utf-8")
-    build = next((r["torch"] for r in runs if "torch" in r), __import__("torch").__version__)
-    text = [f"torch {build}, CPU, one thread; `-nc N` of `{SPLIT}`, about "
+    runs_build = next((r["torch"] for r in runs if "torch" in r), __import__("torch").__version__)
+    text = [f"torch {runs_build}, CPU, one thread; `-nc N` of `{SPLIT}`, about "
             f"{opts.per_round} clients trained per round, {opts.rounds} rounds after round 0.", "",
             table(runs), "", "Memory one more client adds (between the two largest counts):", "", slopes(runs)]
     if checks:
