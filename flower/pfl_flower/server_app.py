@@ -6,10 +6,10 @@ over the connected SuperNodes, and writes
 
 * ``<results-dir>/<dataset>_FedLAG_<goal>_0.h5``: the project's result file (``rs_test_acc`` ...,
   ``lag_layer_names``, ``lag_conflict_scores`` (rounds x layers), ``lag_personal`` (the choice made
-  at the end of each round), ``lag_num_uploads``, ``rs_failed_nodes`` (per round, the sampled nodes
-  whose training failed or never replied)), with the run configuration as JSON attributes; it is
-  marked ``complete`` only when no node failed (else ``failures`` lists them), and is written, marked
-  incomplete, when the run stops with an error;
+  at the end of each round), ``lag_num_uploads``, ``rs_failed_nodes`` / ``rs_failed_evaluate_nodes``
+  (per round, the sampled nodes that failed, never replied, or whose reply failed the server's checks)),
+  with the run configuration as JSON attributes; it is marked ``complete`` only when no node failed (else
+  ``failures`` lists them), and is written, marked incomplete, when the run stops with an error;
 * ``<results-dir>/<dataset>_FedLAG_<goal>_0.global.npz``: the final global (averaged) model.
 """
 from __future__ import annotations
@@ -27,33 +27,27 @@ from . import task
 app = ServerApp()
 
 
-def readable_train_samples(config):
-    """Each partition's training samples, when the server can read the dataset's config.json (then a node
-    cannot weigh its reply by more samples than it holds); None when the data lives on the nodes only."""
-    from utils.datasets import DatasetError, dataset_info
-    try:
-        return dataset_info(config.dataset, config.num_clients, config.data_dir).train_samples
-    except (DatasetError, OSError):
-        return None
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     repo = task.use_project(context)  # the project's modules are importable from here on
     from dataset.utils.atomic_io import atomic_path
     from utils.accuracy_summary import summary_from_arrays
+    from utils.datasets import dataset_info
     from utils.result_utils import result_path, write_results
 
     from .strategy import FedLagStrategy
 
     config = task.project_config(context, repo)
+    # The dataset's config.json gives the model its shapes, and bounds every reply by its partition's
+    # samples: a server that cannot read it stops before the first round, in one line saying how to build it.
+    data = dataset_info(config.dataset, config.num_clients, config.data_dir)
     model = task.build_model(config)
     run = context.run_config
     min_nodes = task.run_int(context, "min-nodes", 2, 1)
     num_rounds = task.run_int(context, "num-server-rounds", 3, 1)
-    strategy = FedLagStrategy(config.lag, [n for n, _ in model.named_parameters()],
-                              num_rounds=num_rounds, eval_gap=task.run_int(context, "eval-gap", 1, 1),
-                              train_samples=readable_train_samples(config),
+    strategy = FedLagStrategy(config.lag, [n for n, _ in model.named_parameters()], num_rounds=num_rounds,
+                              train_samples=data.train_samples[:config.num_clients],
+                              test_samples=data.test_samples[:config.num_clients], eval_gap=config.eval_gap,
                               fraction_train=task.run_fraction(context, "fraction-train", 1.0),
                               fraction_evaluate=task.run_fraction(context, "fraction-evaluate", 1.0),
                               min_train_nodes=min_nodes, min_evaluate_nodes=min_nodes,

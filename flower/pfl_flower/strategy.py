@@ -13,18 +13,25 @@ Each round (``Strategy.start`` drives it):
 * ``configure_evaluate`` / ``aggregate_evaluate``: every node tests the model it holds after the
   broadcast; the project's evaluation formula (``utils.metrics.summarize``) makes the round's numbers.
 
+Every reply is checked at the edge before it is used, as an upload is (``FedLagStrategy._usable``): a
+partition id of the run claimed by no other reply of the round, then, for training, the arrays and sample
+count against what was sent and what the partition holds, and for evaluation, the counts, AUC and loss
+within their ranges. A reply that fails is that node's failure for the round, named, and the round goes on
+with the others.
+
 Everything is recorded in :attr:`FedLagStrategy.history`, written by ``server_app`` as the project's
 ``.h5`` (``rs_*`` and ``lag_*`` arrays).
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
@@ -44,13 +51,20 @@ class FedLagStrategy(FedAvg):
     ``settings``: checked already, with the run's flags (``task.project_config``). ``parameter_names``: the
     model's ``named_parameters()`` names, in order (layers are built from parameters only, never from
     buffers; ties in the ranking go to the earlier layer). The nodes are evaluated after every
-    ``eval_gap``-th round and after the last one (``num_rounds``). ``train_samples``: each partition's
-    training samples, when the server can read the dataset: a reply may not weigh more than its own.
+    ``eval_gap``-th round and after the last one (``num_rounds``). ``train_samples`` / ``test_samples``:
+    each of the run's partitions' training and test samples (the dataset's ``config.json``, which the
+    server reads to build the model): the partition ids are 0..len-1, and no reply may count more
+    samples than its partition holds.
     """
 
     def __init__(self, settings: LagSettings, parameter_names: Sequence[str], num_rounds: int,
-                 eval_gap: int = 1, train_samples: Optional[Sequence[int]] = None, **fedavg_kwargs):
+                 train_samples: Sequence[int], test_samples: Sequence[int], eval_gap: int = 1, **fedavg_kwargs):
         super().__init__(**fedavg_kwargs)
+        self.train_samples, self.test_samples = [int(n) for n in train_samples], [int(n) for n in test_samples]
+        if not self.train_samples or len(self.train_samples) != len(self.test_samples):
+            raise ValueError(f"train_samples and test_samples must give one count per partition, got "
+                             f"{len(self.train_samples)} and {len(self.test_samples)}")
+        self.num_clients = len(self.train_samples)
         self.num_rounds = num_rounds
         self.eval_gap = max(int(eval_gap), 1)
         if settings.signal != "delta":
@@ -58,23 +72,25 @@ class FedLagStrategy(FedAvg):
         if settings.share != "own":
             raise ValueError("the Flower app keeps every personal layer on its own node (--lag_share own)")
         self.lag = settings
+        self.parameter_names = list(parameter_names)
         # The layer choice is the same object LayerConflictMixin uses: same rule, same history.
-        self.selector = LayerSelector(settings, build_layers(list(parameter_names), settings.granularity))
+        self.selector = LayerSelector(settings, build_layers(self.parameter_names, settings.granularity))
         self.layers = self.selector.layers
         self.history: Dict[str, list] = {"round_time": [],
                                           "test_acc": [], "test_auc": [], "train_loss": [], "client_acc": [],
                                           "eval_round": [], "clients": [], "failed_train": [],
                                           "failed_evaluate": []}
-        # Every sampled node whose reply was an error or never came: {"round", "phase", "node",
-        # "partition" (-1 if it never replied), "reason"}. A run with any is not marked complete.
+        # Every sampled node whose reply was an error, never came or failed a check: {"round", "phase",
+        # "node", "partition" (-1 if unknown), "reason"}. A run with any is not marked complete.
         self.failures: List[dict] = []
         self._sent: Dict[str, List[int]] = {"train": [], "evaluate": []}  # node ids messaged this round
-        self._partition_of: Dict[int, int] = {}  # node id -> partition id, from its replies
-        self._node_of: Dict[int, int] = {}       # partition id -> node id, the other way
-        # What this round's training messages carried: replies are checked against it.
+        self._partition_of: Dict[int, int] = {}  # node id -> partition id, from its usable replies
+        # What this round's training messages carried: replies are checked against it. The trained arrays
+        # carry every tensor sent; the update only the parameters (buffers are not trained by a gradient,
+        # and layers are never scored on them).
         self._sent_spec: Dict[str, tuple] = {}
+        self._update_spec: Dict[str, tuple] = {}
         self._sent_limit: Optional[float] = None
-        self.train_samples = None if train_samples is None else [int(n) for n in train_samples]
         self._round_start = 0.0
 
     def summary(self) -> None:
@@ -104,12 +120,19 @@ class FedLagStrategy(FedAvg):
         """Remember what a round's training messages carry: each reply is checked against it."""
         sent = task.from_record(arrays)
         self._sent_spec, self._sent_limit = tensor_spec(sent), magnitude_limit(sent)
+        parameters = set(self.parameter_names)
+        self._update_spec = {name: spec for name, spec in self._sent_spec.items() if name in parameters}
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> Tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        contents = self._checked(server_round, self._collect(server_round, replies, "train"))
+        contents, failed = self._usable(server_round, "train", replies, self._read_train)
         if not contents:
-            self.selector.observe(None, uploads=0)  # the round still gets its row
+            if failed:  # carrying on would train the next round on an unchanged model, perhaps with no node left
+                first = failed[0]
+                raise RuntimeError(f"aggregate_train: round {server_round}: no reply could be averaged; first "
+                                   f"failure: node {first['node']} (partition {first['partition']}): "
+                                   f"{first['reason']}")
+            self.selector.observe(None, uploads=0)  # nothing was sent: the round still gets its row
             self.history["round_time"].append(time.perf_counter() - self._round_start)
             return None, None
         states = [c["state"] for c in contents]
@@ -140,18 +163,19 @@ class FedLagStrategy(FedAvg):
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
-        contents = self._collect(server_round, replies, "evaluate")
-        if not contents:
+        results, _ = self._usable(server_round, "evaluate", replies, self._read_evaluate)
+        if not sum(r["test"].num_samples for r in results):
+            # Nothing to summarise (no evaluation this round, or no usable reply: the failures say why). As
+            # with -eg, the round is then absent from rs_eval_round and from every series aligned with it:
+            # rs_test_acc never holds NaN (reports refuse such a file), and run tables show the round blank.
             return None
-        metrics = [c["metrics"] for c in contents]
-        test = [ClientTestStats(int(m["correct"]), int(m["num-examples"]), float(m["auc"])) for m in metrics]
-        summary = summarize(test, [float(m["train-loss-sum"]) for m in metrics],
-                            [int(m["train-samples"]) for m in metrics])
+        summary = summarize([r["test"] for r in results], [r["loss"] for r in results],
+                            [r["train"] for r in results])
         self.history["test_acc"].append(summary.accuracy)
         self.history["test_auc"].append(summary.auc)
         self.history["train_loss"].append(summary.train_loss)
         self.history["client_acc"].append(summary.client_accuracy)
-        self.history["clients"].append([int(m["partition-id"]) for m in metrics])
+        self.history["clients"].append([r["partition"] for r in results])
         self.history["eval_round"].append(server_round)
         return MetricRecord({"accuracy": summary.accuracy, "auc": summary.auc, "train-loss": summary.train_loss})
 
@@ -179,72 +203,145 @@ class FedLagStrategy(FedAvg):
         return {"complete": not self.failures, "failures": list(self.failures),
                 "rounds_done": len(self.selector.history["uploads"])}
 
-    # ----- replies -----------------------------------------------------------------------------------------
-    def _checked(self, server_round: int, contents: list) -> list:
-        """The training replies that may be averaged, read once: ``state`` (the trained tensors), ``delta``
-        (the update scored) and ``count`` (its weight). Each reply is checked against what was sent
-        (:func:`~flcore.exchange.update_problem`: names, shapes, dtypes, finite values of a sane
-        magnitude, a sample count of at most the partition's training samples when the run knows them);
-        one that fails is that node's failure for the round, as an error reply is, and never averaged."""
-        checked = []
-        for content in contents:
-            metrics = content["metrics"]
-            partition = int(metrics["partition-id"])
-            try:
-                state, delta = task.from_record(content["arrays"]), task.from_record(content["update"])
-            except Exception as err:  # noqa: BLE001 - whatever a node sent that is not arrays
-                problem = f"its arrays cannot be read ({type(err).__name__})"
-            else:
-                count = metrics["num-examples"]
-                most = (self.train_samples[partition] if self.train_samples is not None
-                        and 0 <= partition < len(self.train_samples) else None)
-                problem = (update_problem(state, self._sent_spec, count, most, limit=self._sent_limit)
-                           or update_problem(delta, self._sent_spec, count, most))
-            if problem is None:
-                checked.append({"state": state, "delta": delta, "count": int(count)})
-                continue
-            node = self._node_of.get(partition, -1)
-            self.failures.append({"round": server_round, "phase": "train", "node": node, "partition": partition,
-                                  "reason": f"reply left out of the average: {problem}"})
-            self.history["failed_train"][-1] += 1
-            log(WARNING, "aggregate_train: round %d: partition %d's reply is left out of the average: %s",
-                server_round, partition, problem)
-        if contents and not checked:
-            raise RuntimeError(f"aggregate_train: round {server_round}: no reply could be averaged; first: "
-                               f"{self.failures[-1]['reason']}")
-        return checked
+    # ----- replies ---------------------------------------------------------------------------------------
+    def _usable(self, server_round: int, phase: str, replies: Iterable[Message], read) -> Tuple[list, List[dict]]:
+        """What ``read(partition, content)`` makes of each usable reply, ordered by partition, and the round's
+        failures, in node order (neither depends on the order the replies arrived in).
 
-    def _collect(self, server_round: int, replies: Iterable[Message], phase: str) -> list:
-        """The contents of the replies without errors, ordered by the clients' partition ids.
-
-        Every sampled node that replied with an error, or did not reply, is recorded in
-        :attr:`failures` (and counted in ``rs_failed_nodes`` / ``rs_failed_evaluate_nodes``), so that a
-        result missing some clients is never written as complete. A round in which no sampled node
-        answered stops the run (with the first node's error), rather than carrying on with an unchanged
-        model.
+        Every reply is checked at the edge, as an upload is: it must carry a ``metrics`` record whose
+        ``partition-id`` is a client of the run and claimed by no other reply of the round, then pass
+        ``read`` (which raises :class:`ReplyProblem`). Each sampled node whose reply is an error, never
+        came, or fails a check is that node's failure for the round: recorded in :attr:`failures` with
+        its node and partition (-1 when unknown) and counted in ``rs_failed_nodes`` /
+        ``rs_failed_evaluate_nodes``, so that a result missing some clients is never written as complete.
         """
-        contents, errors, replied = [], [], set()
-        for msg in replies:
+        first_failure = len(self.failures)
+        self.history[f"failed_{phase}"].append(0)
+        claims: Dict[int, List[tuple]] = {}  # partition -> [(node, content)] of the replies claiming it
+        replied = set()
+        for msg in sorted(replies, key=lambda m: int(m.metadata.src_node_id)):  # failures in node order too
             node = int(msg.metadata.src_node_id)
             replied.add(node)
             if msg.has_error():
-                errors.append((node, str(msg.error.reason)))
-            else:
-                contents.append(msg.content)
-                self._partition_of[node] = int(msg.content["metrics"]["partition-id"])
-                self._node_of[self._partition_of[node]] = node
-        missing = [n for n in self._sent[phase] if n not in replied]
+                self._fail(server_round, phase, node, None, str(msg.error.reason))
+                continue
+            try:
+                partition = self._claimed_partition(msg.content)
+            except ReplyProblem as problem:
+                self._fail(server_round, phase, node, None, str(problem), checked=True)
+                continue
+            claims.setdefault(partition, []).append((node, msg.content))
+        for node in self._sent[phase]:
+            if node not in replied:
+                self._fail(server_round, phase, node, None, "no reply (the node left, or did not answer in time)")
         self._sent[phase] = []
-        failed = errors + [(node, "no reply (the node left, or did not answer in time)") for node in missing]
-        for node, reason in failed:
-            self.failures.append({"round": server_round, "phase": phase, "node": node,
-                                  "partition": self._partition_of.get(node, -1), "reason": reason})
-            log(WARNING, "aggregate_%s: round %d: node %d (partition %d) failed: %s", phase, server_round, node,
-                self._partition_of.get(node, -1), reason)
-        self.history[f"failed_{phase}"].append(len(failed))
-        log(INFO, "aggregate_%s: %d replies, %d failed", phase, len(contents), len(failed))
-        if failed and not contents:
-            raise RuntimeError(f"aggregate_{phase}: every node failed; first error: node {failed[0][0]}: "
-                               f"{failed[0][1]}")
-        return sorted(contents, key=lambda c: int(c["metrics"]["partition-id"]))
+        usable = []
+        for partition, claimants in sorted(claims.items()):
+            if len(claimants) > 1:
+                # Node ids come from the SuperLink, partition ids are each node's word: the server cannot tell
+                # which claimant holds the partition, and keeping the first to arrive would let the faster
+                # node decide. None is used.
+                nodes = ", ".join(str(node) for node, _ in claimants)
+                for node, _ in claimants:
+                    self._fail(server_round, phase, node, partition,
+                               f"partition-id {partition} is claimed by nodes {nodes} in this round", checked=True)
+                continue
+            [(node, content)] = claimants
+            self._partition_of[node] = partition
+            try:
+                usable.append(read(partition, content))
+            except ReplyProblem as problem:
+                self._fail(server_round, phase, node, partition, str(problem), checked=True)
+        failed = self.failures[first_failure:]
+        log(INFO, "aggregate_%s: %d replies used, %d failed", phase, len(usable), len(failed))
+        return usable, failed
 
+    def _fail(self, server_round: int, phase: str, node: int, partition: Optional[int], reason: str,
+              checked: bool = False) -> None:
+        """Record node ``node``'s failure for the round (``checked``: its reply arrived and failed a check)."""
+        if partition is None:
+            partition = self._partition_of.get(node, -1)  # known from an earlier reply, if any
+        if checked:
+            reason = f"reply left out of the {_USE[phase]}: {reason}"
+        self.failures.append({"round": server_round, "phase": phase, "node": node, "partition": partition,
+                              "reason": reason})
+        self.history[f"failed_{phase}"][-1] += 1
+        log(WARNING, "aggregate_%s: round %d: node %d (partition %d) failed: %s", phase, server_round, node,
+            partition, reason)
+
+    def _claimed_partition(self, content: RecordDict) -> int:
+        """The reply's ``partition-id``: a client of the run (0..num_clients-1), or a :class:`ReplyProblem`."""
+        metrics = content.get("metrics")
+        if not isinstance(metrics, MetricRecord):
+            raise ReplyProblem("it carries no metrics record")
+        value = _present(metrics, "partition-id")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.num_clients:
+            raise ReplyProblem(f"its partition-id {value!r} is not a client of the run (0..{self.num_clients - 1})")
+        return value
+
+    def _read_train(self, partition: int, content: RecordDict) -> dict:
+        """A training reply's ``state`` (the trained tensors), ``delta`` (the update scored) and ``count`` (its
+        weight), checked against what was sent (:func:`~flcore.exchange.update_problem`: names, shapes,
+        dtypes (the state's are every tensor sent, the update's the parameters sent), finite values of a sane
+        magnitude in both, a sample count of 1 to the partition's training samples)."""
+        try:
+            state, delta = task.from_record(content["arrays"]), task.from_record(content["update"])
+        except Exception as err:  # noqa: BLE001 - whatever a node sent that is not arrays
+            raise ReplyProblem(f"its arrays cannot be read ({type(err).__name__})") from None
+        count, most = content["metrics"].get("num-examples"), self.train_samples[partition]
+        # The update is the node's own word, scored as it is: it is held to the same bound as the trained
+        # arrays (a movement no training makes would overflow the scores' sums of squares).
+        problem = (update_problem(state, self._sent_spec, count, most, limit=self._sent_limit)
+                   or update_problem(delta, self._update_spec, count, most, limit=self._sent_limit))
+        if problem:
+            raise ReplyProblem(problem)
+        return {"state": state, "delta": delta, "count": int(count)}
+
+    def _read_evaluate(self, partition: int, content: RecordDict) -> dict:
+        """An evaluation reply's test counts (0 <= correct <= num-examples <= the partition's test samples),
+        AUC (in [0, 1]) and train loss (a finite sum >= 0 over 0 to the partition's training samples)."""
+        metrics = content["metrics"]
+        examples = _count(metrics, "num-examples", self.test_samples[partition], "the test samples it holds")
+        correct = _count(metrics, "correct", examples, "its num-examples")
+        # The project's AUC of an empty test set is NaN (nothing to rank): accepted from such a reply alone, and
+        # summarised as main.py's evaluation summarises it.
+        auc = _number(metrics, "auc", 1.0, nan=examples == 0)
+        loss = _number(metrics, "train-loss-sum")
+        train = _count(metrics, "train-samples", self.train_samples[partition], "the training samples it holds")
+        return {"partition": partition, "test": ClientTestStats(correct, examples, auc), "loss": loss,
+                "train": train}
+
+
+# What a reply that fails a check is left out of.
+_USE = {"train": "scores and the average", "evaluate": "evaluation"}
+
+
+class ReplyProblem(ValueError):
+    """Why a node's reply is not used this round: that node's failure for the round."""
+
+
+def _present(metrics: MetricRecord, key: str):
+    value = metrics.get(key)
+    if value is None:
+        raise ReplyProblem(f"it carries no {key}")
+    return value
+
+
+def _count(metrics: MetricRecord, key: str, most: int, what: str) -> int:
+    """``metrics[key]``: a whole number in [0, most] (``what`` names ``most`` in the problem)."""
+    value = _present(metrics, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ReplyProblem(f"its {key} {value!r} is not a whole number >= 0")
+    if value > most:
+        raise ReplyProblem(f"its {key} {value} is above {what} ({most})")
+    return value
+
+
+def _number(metrics: MetricRecord, key: str, most: float = math.inf, nan: bool = False) -> float:
+    """``metrics[key]``: a finite number in [0, most], or NaN where ``nan`` allows it."""
+    value = _present(metrics, key)
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if number is None or not ((nan and math.isnan(number)) or (math.isfinite(number) and 0 <= number <= most)):
+        bound = f"in [0, {most:g}]" if math.isfinite(most) else ">= 0"
+        raise ReplyProblem(f"its {key} {value!r} is not a finite number {bound}")
+    return number

@@ -141,7 +141,8 @@ def project_config(context: Context, repo: Path):
     ``-nc`` is ``num-clients``: the dataset must have that many clients (partitions), and the
     embedded Digits dataset is built with that many on first use, as ``system/main.py`` does.
     ``-gr`` is ``num-server-rounds - 1``: main.py trains rounds 0..gr, so both count the same rounds
-    (and ``--lag_warmup``'s default, min(gr // 2, 30), is the same). A key left out takes main.py's
+    (and ``--lag_warmup``'s default, min(gr // 2, 30), is the same). ``-eg`` is ``eval-gap``, so the
+    recorded configuration says how often the nodes were evaluated. A key left out takes main.py's
     default, or :data:`APP_DEFAULTS`.
 
     A value the project refuses raises the project's error (a ``ValueError``, e.g. ``ConfigError``)
@@ -162,7 +163,7 @@ def project_config(context: Context, repo: Path):
     values.pop("lag-warmup", None)
     if warmup >= 0:
         values["lag-warmup"] = warmup
-    argv = ["-algo", ALGORITHM, "-gr", str(rounds - 1)]
+    argv = ["-algo", ALGORITHM, "-gr", str(rounds - 1), "-eg", str(run_int(context, "eval-gap", 1, 1))]
     for key, value in values.items():
         argv += [f"--{keys[key].dest}", str(value)]
     threads = int(run.get("torch-threads", 0))

@@ -345,23 +345,29 @@ class _Reply:
         return bool(self.error.reason)
 
 
-def _train_reply(partition: int, examples: int, update: Dict[str, list], state: Dict[str, list]) -> _Reply:
+def _train_reply(partition, examples, update: Dict[str, list], state: Dict[str, list], node: int = 0) -> _Reply:
     import torch
     from flwr.app import MetricRecord, RecordDict
     from pfl_flower import task
     return _Reply(RecordDict({
         "arrays": task.to_record({k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()}),
         "update": task.to_record({k: torch.tensor(v, dtype=torch.float32) for k, v in update.items()}),
-        "metrics": MetricRecord({"num-examples": examples, "partition-id": partition})}))
+        "metrics": MetricRecord({"num-examples": examples, "partition-id": partition})}), node=node)
+
+
+def _strategy(settings, names, num_rounds: int, partitions: int = 4, train: int = 5, test: int = 4, **kwargs):
+    """A FedLagStrategy over ``partitions`` partitions of ``train`` training and ``test`` test samples each."""
+    from pfl_flower.strategy import FedLagStrategy
+    return FedLagStrategy(settings, names, num_rounds, train_samples=[train] * partitions,
+                          test_samples=[test] * partitions, **kwargs)
 
 
 def test_strategy_refuses_group_sharing(monkeypatch):
     """The app keeps every personal layer on its own node: --lag_share groups is refused, not ignored."""
     monkeypatch.syspath_prepend(str(APP))
     from flcore.lag.selector import LagSettings
-    from pfl_flower.strategy import FedLagStrategy
     with pytest.raises(ValueError, match="--lag_share own"):
-        FedLagStrategy(LagSettings(share="groups"), ["fc.weight", "fc.bias"], num_rounds=1)
+        _strategy(LagSettings(share="groups"), ["fc.weight", "fc.bias"], num_rounds=1)
 
 
 def test_strategy_scores_chooses_and_averages(monkeypatch):
@@ -369,7 +375,6 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
     schedule, the sample-weighted average, and a round where every node failed."""
     monkeypatch.syspath_prepend(str(APP))
     from flcore.lag.selector import LagSettings
-    from pfl_flower.strategy import FedLagStrategy
 
     names = ["a.weight", "a.bias", "b.weight"]
     # a.weight: pairs (0,1) and (1,2) point apart; a.bias: none; b.weight: (0,2) and (1,2).
@@ -388,8 +393,8 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
         strategy.expect_replies_to(task.to_record({n: torch.tensor(v) for n, v in states[0].items()}))
         return strategy
 
-    strategy = sent(FedLagStrategy(LagSettings(top_k=1, schedule="every_round", granularity="tensor"), names,
-                                   num_rounds=2))
+    strategy = sent(_strategy(LagSettings(top_k=1, schedule="every_round", granularity="tensor"), names,
+                              num_rounds=2))
     arrays, _ = strategy.aggregate_train(1, replies())
     assert strategy.selector.history["scores"][0].tolist() == [2, 0, 2]
     assert strategy.personal_names() == ["a.weight"]  # tie with b.weight: the earlier layer
@@ -399,8 +404,8 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
     strategy.aggregate_train(2, replies()[:1])  # one upload: nothing to compare, choice kept
     assert strategy.selector.history["scores"][1].tolist() == [0, 0, 0] and strategy.personal_names() == ["a.weight"]
 
-    warm = sent(FedLagStrategy(LagSettings(top_k=2, schedule="warmup", warmup=2, granularity="tensor"), names,
-                               num_rounds=3))
+    warm = sent(_strategy(LagSettings(top_k=2, schedule="warmup", warmup=2, granularity="tensor"), names,
+                          num_rounds=3))
     warm.aggregate_train(1, replies())
     assert warm.personal_names() == []  # still warming up
     warm.aggregate_train(2, replies())
@@ -410,7 +415,7 @@ def test_strategy_scores_chooses_and_averages(monkeypatch):
     assert warm.selector.history["scores"][2].tolist() == [2, 2, 2] and warm.personal_names() == ["a.weight", "b.weight"]
     assert warm.result_arrays()["lag_personal"].tolist() == [[False] * 3, [True, False, True], [True, False, True]]
 
-    with pytest.raises(RuntimeError, match="every node failed.*boom"):
+    with pytest.raises(RuntimeError, match="no reply could be averaged; first failure: node 7.*boom"):
         strategy.aggregate_train(3, [_Reply(error="boom", node=7)])
 
 
@@ -430,11 +435,10 @@ def test_a_poisoned_reply_is_a_failure_and_never_averaged(monkeypatch, defect, r
     import torch
     from flcore.lag.selector import LagSettings
     from pfl_flower import task
-    from pfl_flower.strategy import FedLagStrategy
 
     names = ["a.weight", "b.weight"]
     good = {"a.weight": [1.0, 2.0], "b.weight": [3.0]}
-    strategy = FedLagStrategy(LagSettings(top_k=1), names, num_rounds=3, train_samples=[5, 5])
+    strategy = _strategy(LagSettings(top_k=1), names, num_rounds=3, partitions=2)
     strategy.expect_replies_to(task.to_record({"a.weight": torch.zeros(2), "b.weight": torch.zeros(1)}))
     bad_state = dict(good, **defect.get("state", {}))
     bad_update = dict(good, **defect.get("update", {}))
@@ -503,11 +507,16 @@ class _Grid:
         return list(self.nodes)
 
 
-def _evaluate_reply(node: int, partition: int) -> _Reply:
+def _evaluate_reply(node: int, partition: int, **changes) -> _Reply:
+    """An evaluation reply; ``changes`` replace its metrics (with ``_`` for ``-``; None leaves one out, and
+    ``metrics=None`` the whole record)."""
     from flwr.app import MetricRecord, RecordDict
-    return _Reply(RecordDict({"metrics": MetricRecord({
-        "num-examples": 4, "correct": 2, "auc": 0.5, "train-loss-sum": 1.0, "train-samples": 2,
-        "partition-id": partition})}), node=node)
+    metrics = {"num-examples": 4, "correct": 2, "auc": 0.5, "train-loss-sum": 1.0, "train-samples": 2,
+               "partition-id": partition}
+    for key, value in changes.items():
+        metrics[key.replace("_", "-")] = value
+    metrics = {k: v for k, v in metrics.items() if v is not None and k != "metrics"}
+    return _Reply(RecordDict({} if "metrics" in changes else {"metrics": MetricRecord(metrics)}), node=node)
 
 
 def test_failed_and_missing_nodes_are_recorded_and_the_run_is_not_complete(monkeypatch):
@@ -520,11 +529,10 @@ def test_failed_and_missing_nodes_are_recorded_and_the_run_is_not_complete(monke
     from flwr.supercore.task_identity import TaskIdentity
     from flcore.lag.mixin import LagSettings
     from pfl_flower import task
-    from pfl_flower.strategy import FedLagStrategy
 
     for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a ServerApp process's identity
         monkeypatch.setattr(TaskIdentity, field, value)
-    strategy = FedLagStrategy(LagSettings(top_k=1), ["a.weight", "b.weight"], num_rounds=3, min_available_nodes=1)
+    strategy = _strategy(LagSettings(top_k=1), ["a.weight", "b.weight"], num_rounds=3, min_available_nodes=1)
     arrays = task.to_record({"a.weight": torch.zeros(1), "b.weight": torch.zeros(1)})
     grid, nodes = _Grid([10, 20, 30, 40]), [10, 20, 30, 40]
 
@@ -545,8 +553,305 @@ def test_failed_and_missing_nodes_are_recorded_and_the_run_is_not_complete(monke
     assert strategy.history["clients"] == [[0, 1, 2, 3], [0, 1]]
 
     strategy.configure_train(3, arrays, ConfigRecord(), grid)
-    with pytest.raises(RuntimeError, match="every node failed; first error: node 10: disk full"):
+    with pytest.raises(RuntimeError, match=r"no reply could be averaged; first failure: node 10 \(partition 0\): "
+                                           "disk full"):
         strategy.aggregate_train(3, [_Reply(error="disk full", node=n) for n in (10, 20)])
     assert strategy.result_arrays()["rs_failed_nodes"].tolist() == [4]
     assert [(f["phase"], f["node"]) for f in strategy.run_status()["failures"][2:]] == \
         [("train", 10), ("train", 20), ("train", 30), ("train", 40)]
+
+
+# ----- the app in one process: BatchNorm buffers, poisoned updates --------------------------------------------
+class _LocalGrid(_Grid):
+    """Flower's Grid for the app's own ClientApp functions, called in this process: one Context per node
+    (its ``context.state`` is the node's memory across rounds, as on a SuperNode)."""
+
+    def __init__(self, contexts):
+        super().__init__(list(contexts))
+        self.contexts = contexts
+
+    def send_and_receive(self, messages, timeout=None):
+        from pfl_flower import client_app
+        handlers = {"train": client_app.train, "evaluate": client_app.evaluate}
+        return [handlers[m.metadata.message_type.partition(".")[0]](m, self.contexts[m.metadata.dst_node_id])
+                for m in messages]
+
+
+def test_a_batchnorm_model_trains_on_flower_as_the_project_runs_it(monkeypatch, data_dir, tmp_path):
+    """CNN-BN holds buffers (BatchNorm's running statistics) besides its parameters: every node's trained
+    arrays carry them and its update does not (it is theta_after - theta_start of the parameters), and
+    both are accepted. Two rounds, two nodes: the same scores, personal layers, global model and client
+    models as ``main.py -algo FedLAG -m CNN-BN`` on the same clients, and the run is complete."""
+    monkeypatch.syspath_prepend(str(APP))
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+    from pfl_flower import server_app
+
+    for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a ServerApp process's identity
+        monkeypatch.setattr(TaskIdentity, field, value)
+    flags = {"dataset": "Toy3", "num-clients": NODES, "model": "CNN-BN", "learning-rate": 0.05,
+             "lag-granularity": "tensor", "lag-top-k": 1}
+    run = dict(flags, **{"num-server-rounds": ROUNDS, "min-nodes": NODES, "data-dir": str(data_dir),
+                         "results-dir": str(tmp_path / "results"), "dump-dir": str(tmp_path / "dumps"),
+                         "repo-dir": str(REPO)})
+    nodes = {10 + p: Context(run_id=1, node_id=10 + p, node_config={"partition-id": p}, state=RecordDict(),
+                             run_config=run) for p in range(NODES)}
+    server_app.main(_LocalGrid(nodes), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                               run_config=run))
+
+    arrays, attrs = read_results(tmp_path / "results" / "Toy3_FedLAG_flower_0.h5")
+    assert attrs["complete"] and attrs["failures"] == []
+    assert arrays["rs_failed_nodes"].tolist() == [0] * ROUNDS
+    assert arrays["lag_num_uploads"].tolist() == [NODES] * ROUNDS
+    final = dict(np.load(tmp_path / "results" / "Toy3_FedLAG_flower_0.global.npz"))
+    assert any(name.endswith("running_mean") for name in final)
+
+    server = server_for(data_dir, tmp_path / "reference", "-algo", "FedLAG", "-data", "Toy3", "-nc", str(NODES),
+                        "-m", "CNN-BN", "-gr", str(ROUNDS - 1), "--lag_top_k", "1")
+    for _ in range(ROUNDS):
+        play_round(server)
+    server.send_models()
+    assert arrays["lag_conflict_scores"].tolist() == [s.tolist() for s in server.lag_selector.history["scores"]]
+    names = [str(n) for n in arrays["lag_layer_names"]]
+    assert [n for n, chosen in zip(names, arrays["lag_personal"][-1]) if chosen] == server.lag_personal_names()
+    for name, value in server.global_model.state_dict().items():
+        np.testing.assert_allclose(final[name], value.numpy(), rtol=0, atol=1e-6, err_msg=name)
+    for node, client in enumerate(server.clients):
+        held = np.load(tmp_path / "dumps" / f"node{node}_round{ROUNDS}_evaluate.npz")
+        for name, value in client.model.state_dict().items():
+            np.testing.assert_allclose(held[name], value.numpy(), rtol=0, atol=1e-6, err_msg=f"node {node}: {name}")
+
+
+def test_an_update_beyond_the_models_scale_is_a_failure(monkeypatch):
+    """The update is scored as the node sends it: one of 1e30 (its trained arrays sane) would overflow the
+    squares of the conflict score and hide the layer's conflict. It is held to the arrays' bound: that
+    node's failure for the round, left out of the scores and of the average."""
+    monkeypatch.syspath_prepend(str(APP))
+    import torch
+    from flcore.lag.selector import LagSettings
+    from pfl_flower import task
+
+    state = {"a.weight": [1.0, 2.0], "b.weight": [3.0]}
+    updates = [{"a.weight": [1.0, 0.0], "b.weight": [1.0]}, {"a.weight": [-1.0, 0.0], "b.weight": [1.0]},
+               {"a.weight": [1e30, 0.0], "b.weight": [-1.0]}]
+    strategy = _strategy(LagSettings(top_k=1, schedule="every_round"), ["a.weight", "b.weight"], num_rounds=2)
+    strategy.expect_replies_to(task.to_record({"a.weight": torch.zeros(2), "b.weight": torch.zeros(1)}))
+    arrays, metrics = strategy.aggregate_train(1, [_train_reply(p, 4, u, state) for p, u in enumerate(updates)])
+    assert metrics["num-uploads"] == 2
+    assert strategy.selector.history["scores"][0].tolist() == [1, 0]  # partitions 0 and 1 alone: a.weight apart
+    assert strategy.personal_names() == ["a.weight"]
+    assert [(f["partition"], f["phase"]) for f in strategy.failures] == [(2, "train")]
+    assert "a.weight holds 1e+30, beyond" in strategy.failures[0]["reason"]
+    assert torch.equal(task.from_record(arrays)["a.weight"], torch.tensor([1.0, 2.0]))
+
+
+# ----- every reply checked at the edge: partitions, evaluation replies, the dataset's bounds ------------------
+def test_a_reply_from_an_unknown_or_repeated_partition_is_a_failure(monkeypatch):
+    """Partitions 0-2 reply honestly. Nodes 13 and 14 claim partitions -1 and 99 (the run has 0..3), each
+    with all-50s weighed by 10^9 samples; nodes 15 and 16 both claim partition 3 with all-50s; node 17
+    claims 1.5, node 18 no partition and node 19 sends no metrics. Each is its node's failure for the round,
+    named; the average is the honest replies' alone, as computed by hand, whatever the arrival order (a
+    repeated partition is never used: keeping the first to arrive would let the faster node decide); the
+    run is not complete and the next round goes on."""
+    monkeypatch.syspath_prepend(str(APP))
+    import torch
+    from flcore.lag.selector import LagSettings
+    from pfl_flower import task
+
+    strategy = _strategy(LagSettings(top_k=1, schedule="every_round"), ["a.weight", "b.weight"], num_rounds=3)
+    strategy.expect_replies_to(task.to_record({"a.weight": torch.zeros(2), "b.weight": torch.zeros(1)}))
+    step, fifty = {"a.weight": [1.0, 0.0], "b.weight": [1.0]}, {"a.weight": [50.0, 50.0], "b.weight": [50.0]}
+
+    def replies():
+        honest = [_train_reply(p, n, step, {"a.weight": [v, -v], "b.weight": [2 * v]}, node=10 + p)
+                  for p, n, v in ((0, 1, 1.0), (1, 3, 2.0), (2, 4, 4.0))]
+        liars = [_train_reply(p, n, fifty, fifty, node=node)
+                 for node, p, n in ((13, -1, 10 ** 9), (14, 99, 10 ** 9), (15, 3, 5), (16, 3, 5), (17, 1.5, 1),
+                                    (18, 0, 1), (19, 0, 1))]
+        del liars[5].content["metrics"]["partition-id"]
+        del liars[6].content["metrics"]
+        return liars[:4] + honest[:2] + liars[4:] + honest[2:]
+
+    expected = {13: (-1, "its partition-id -1 is not a client of the run (0..3)"),
+                14: (-1, "its partition-id 99 is not a client of the run (0..3)"),
+                15: (3, "partition-id 3 is claimed by nodes 15, 16 in this round"),
+                16: (3, "partition-id 3 is claimed by nodes 15, 16 in this round"),
+                17: (-1, "its partition-id 1.5 is not a client of the run"),
+                18: (-1, "it carries no partition-id"),
+                19: (-1, "it carries no metrics record")}
+    by_hand = {"a.weight": [23 / 8, -23 / 8], "b.weight": [23 / 4]}  # (1*1 + 3*2 + 4*4) / 8, weights 1:3:4
+    for rnd, order in ((1, 1), (2, -1)):  # round 2: the replies arrive in the reverse order
+        arrays, metrics = strategy.aggregate_train(rnd, replies()[::order])
+        assert metrics["num-uploads"] == 3
+        for name, value in task.from_record(arrays).items():
+            np.testing.assert_allclose(value.numpy(), by_hand[name], rtol=1e-6, err_msg=name)
+        failures = [f for f in strategy.failures if f["round"] == rnd]
+        assert {f["node"]: f["partition"] for f in failures} == {n: p for n, (p, _) in expected.items()}
+        for failure in failures:
+            assert failure["phase"] == "train" and failure["reason"].startswith("reply left out of the scores")
+            assert expected[failure["node"]][1] in failure["reason"], failure
+    assert strategy.history["failed_train"] == [7, 7] and not strategy.run_status()["complete"]
+    assert strategy.result_arrays()["lag_num_uploads"].tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"correct": 10 ** 6}, "its correct 1000000 is above its num-examples (4)"),
+    ({"correct": -1}, "its correct -1 is not a whole number >= 0"),
+    ({"correct": 2.5}, "its correct 2.5 is not a whole number >= 0"),
+    ({"num_examples": -4, "correct": 0}, "its num-examples -4 is not a whole number >= 0"),
+    ({"num_examples": 99}, "its num-examples 99 is above the test samples it holds (4)"),
+    ({"auc": 7.0}, "its auc 7.0 is not a finite number in [0, 1]"),
+    ({"auc": -0.5}, "its auc -0.5 is not a finite number in [0, 1]"),
+    ({"auc": float("nan")}, "its auc nan is not a finite number in [0, 1]"),
+    ({"train_loss_sum": float("inf")}, "its train-loss-sum inf is not a finite number >= 0"),
+    ({"train_loss_sum": -1.0}, "its train-loss-sum -1.0 is not a finite number >= 0"),
+    ({"train_samples": 10 ** 9}, "its train-samples 1000000000 is above the training samples it holds (5)"),
+    ({"correct": None}, "it carries no correct"),
+    ({"auc": None}, "it carries no auc"),
+    ({"partition_id": None}, "it carries no partition-id"),
+    ({"partition_id": 99}, "its partition-id 99 is not a client of the run (0..3)"),
+    ({"partition_id": 1}, "partition-id 1 is claimed by nodes 20, 30 in this round"),
+    ({"metrics": None}, "it carries no metrics record"),
+], ids=["correct-1e6", "correct-negative", "correct-float", "examples-negative", "examples-beyond-test-set",
+        "auc-7", "auc-negative", "auc-nan", "loss-inf", "loss-negative", "train-samples-1e9", "no-correct",
+        "no-auc", "no-partition", "partition-99", "partition-repeated", "no-metrics"])
+def test_a_bad_evaluation_reply_is_a_failure_and_the_round_goes_on(monkeypatch, change, reason):
+    """Partitions 0 and 1 (nodes 10, 20) reply honestly; node 30 (partition 2) replies with one bad value. Its
+    reply is that node's failure, named; the round's numbers are the honest replies' alone, as computed by
+    hand (a repeated partition loses both replies that claim it)."""
+    monkeypatch.syspath_prepend(str(APP))
+    from flcore.lag.selector import LagSettings
+
+    strategy = _strategy(LagSettings(top_k=1), ["a.weight", "b.weight"], num_rounds=1)
+    honest = [_evaluate_reply(10, 0, correct=3, auc=0.5, train_loss_sum=2.0, train_samples=2),
+              _evaluate_reply(20, 1, correct=1, auc=0.75, train_loss_sum=4.0, train_samples=4)]
+    metrics = strategy.aggregate_evaluate(1, [honest[0], _evaluate_reply(30, 2, **change), honest[1]])
+    repeated = change.get("partition_id") == 1
+    if repeated:  # only partition 0 is left: 3 of 4 right
+        assert strategy.history["test_acc"] == [0.75] and strategy.history["clients"] == [[0]]
+        assert strategy.history["test_auc"] == [0.5] and strategy.history["train_loss"] == [1.0]
+    else:  # (3 + 1) / (4 + 4); AUC (0.5 * 4 + 0.75 * 4) / 8; train loss (2 + 4) / (2 + 4)
+        assert strategy.history["test_acc"] == [0.5] and strategy.history["clients"] == [[0, 1]]
+        assert strategy.history["test_auc"] == [0.625] and strategy.history["train_loss"] == [1.0]
+        assert strategy.history["client_acc"][0].tolist() == [0.75, 0.25]
+    assert metrics["accuracy"] == strategy.history["test_acc"][0] and strategy.history["eval_round"] == [1]
+    unknown = any(key in change for key in ("partition_id", "metrics")) and not repeated
+    nodes = [20, 30] if repeated else [30]
+    assert [(f["round"], f["phase"], f["node"], f["partition"]) for f in strategy.failures] == \
+        [(1, "evaluate", node, 1 if repeated else -1 if unknown else 2) for node in nodes]
+    assert all(f["reason"] == f"reply left out of the evaluation: {reason}" for f in strategy.failures), \
+        strategy.failures
+    assert strategy.history["failed_evaluate"] == [len(nodes)] and not strategy.run_status()["complete"]
+
+
+def test_an_evaluation_with_no_usable_reply_leaves_the_round_out(monkeypatch):
+    """Round 2's evaluation replies are all bad: both are failures, and the round is recorded as a round
+    without an evaluation is (as with -eg): absent from rs_eval_round and from every series aligned with it,
+    never a NaN accuracy (reports refuse one). Round 3 is evaluated again, with a node whose test set is
+    empty: its AUC is NaN (nothing to rank), which the project's evaluation gives too, so it is accepted."""
+    monkeypatch.syspath_prepend(str(APP))
+    from flcore.lag.selector import LagSettings
+
+    strategy = _strategy(LagSettings(top_k=1), ["a.weight", "b.weight"], num_rounds=3)
+    assert strategy.aggregate_evaluate(1, [_evaluate_reply(10, 0, correct=3), _evaluate_reply(20, 1, correct=1)])
+    assert strategy.aggregate_evaluate(2, [_evaluate_reply(10, 0, auc=7.0),
+                                           _evaluate_reply(20, 1, correct=10 ** 6)]) is None
+    assert [(f["round"], f["node"], f["partition"]) for f in strategy.failures] == [(2, 10, 0), (2, 20, 1)]
+    strategy.aggregate_evaluate(3, [_evaluate_reply(10, 0, correct=3), _evaluate_reply(20, 1, correct=1),
+                                    _evaluate_reply(30, 2, num_examples=0, correct=0, auc=float("nan"))])
+    arrays = strategy.result_arrays()
+    assert arrays["rs_eval_round"].tolist() == [1, 3] and arrays["rs_test_acc"].tolist() == [0.5, 0.5]
+    assert len(arrays["rs_test_auc"]) == len(arrays["rs_train_loss"]) == 2
+    assert arrays["rs_failed_evaluate_nodes"].tolist() == [0, 2, 0]
+    assert strategy.history["clients"] == [[0, 1], [0, 1, 2]] and len(strategy.failures) == 2
+
+
+def test_the_server_app_refuses_to_start_without_a_readable_dataset_config(monkeypatch, data_dir, tmp_path):
+    """The dataset's config.json bounds every reply by its partition's samples (and gives the model its
+    shapes): a ServerApp that has none, or cannot read it, stops before it uses the grid, in one line naming
+    what to do, and writes nothing."""
+    monkeypatch.syspath_prepend(str(APP))
+    from utils.datasets import DatasetError
+    from pfl_flower import server_app
+
+    (tmp_path / "none").mkdir()
+    shutil.copytree(data_dir / "Toy", tmp_path / "broken" / "Toy")
+    (tmp_path / "broken" / "Toy" / "config.json").write_text("{not json")
+    for folder, expected in (("none", "dataset 'Toy' not found"), ("broken", "config.json")):
+        with pytest.raises(DatasetError) as refused:
+            server_app.main(None, _context(tmp_path / folder, tmp_path / "results"))
+        assert expected in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
+
+
+class _TamperingGrid(_LocalGrid):
+    """A :class:`_LocalGrid` whose node ``liar`` changes its replies (``tamper(reply)``); every batch of
+    replies is kept, in order, in :attr:`replies`."""
+
+    def __init__(self, contexts, liar, tamper):
+        super().__init__(contexts)
+        self.liar, self.tamper, self.replies = liar, tamper, []
+
+    def send_and_receive(self, messages, timeout=None):
+        replies = super().send_and_receive(messages, timeout)
+        for reply in replies:
+            if reply.metadata.src_node_id == self.liar:
+                self.tamper(reply)
+        self.replies.append(replies)
+        return replies
+
+
+def test_a_lying_node_in_a_full_run_is_a_failure_and_the_run_goes_on(monkeypatch, data_dir, tmp_path):
+    """Three nodes run the app in this process for 2 rounds with eval-gap 2. Node 12 trains for real but
+    claims partition 99, 10^9 samples and all-50s arrays, and at the evaluation claims 10^6 right answers.
+    The run completes its rounds, marked incomplete with node 12's failures named; the global model is the
+    sample-weighted average of nodes 10 and 11's trained arrays and the accuracy theirs, both computed by
+    hand from their replies; the .h5 records the eval-gap the run used."""
+    monkeypatch.syspath_prepend(str(APP))
+    import torch
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+    from pfl_flower import server_app, task
+
+    for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a ServerApp process's identity
+        monkeypatch.setattr(TaskIdentity, field, value)
+    run = {"dataset": "Toy", "num-clients": 3, "model": "DNN", "learning-rate": 0.05, "lag-top-k": 1,
+           "lag-granularity": "tensor", "num-server-rounds": 2, "eval-gap": 2, "min-nodes": 3,
+           "data-dir": str(data_dir), "results-dir": str(tmp_path), "repo-dir": str(REPO)}
+
+    def tamper(reply):
+        metrics = reply.content["metrics"]
+        if "arrays" in reply.content:
+            metrics["partition-id"], metrics["num-examples"] = 99, 10 ** 9
+            trained = task.from_record(reply.content["arrays"])
+            reply.content["arrays"] = task.to_record({n: torch.full_like(t, 50.0) for n, t in trained.items()})
+        else:
+            metrics["correct"] = 10 ** 6
+
+    nodes = {10 + p: Context(run_id=1, node_id=10 + p, node_config={"partition-id": p}, state=RecordDict(),
+                             run_config=run) for p in range(3)}
+    grid = _TamperingGrid(nodes, 12, tamper)
+    server_app.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run))
+
+    arrays, attrs = read_results(tmp_path / "Toy_FedLAG_flower_0.h5")
+    assert attrs["config"]["eval_gap"] == 2 and arrays["rs_eval_round"].tolist() == [2]
+    assert not attrs["complete"]
+    assert [(f["round"], f["phase"], f["node"], f["partition"]) for f in attrs["failures"]] == \
+        [(1, "train", 12, -1), (2, "train", 12, -1), (2, "evaluate", 12, 2)]
+    assert all("partition-id 99 is not a client of the run (0..2)" in f["reason"] for f in attrs["failures"][:2])
+    assert "its correct 1000000 is above its num-examples" in attrs["failures"][2]["reason"]
+    assert arrays["rs_failed_nodes"].tolist() == [1, 1] and arrays["rs_failed_evaluate_nodes"].tolist() == [0, 1]
+    assert arrays["lag_num_uploads"].tolist() == [2, 2]
+
+    trained, evaluated = grid.replies[2], grid.replies[3]  # round 2's training and evaluation replies
+    honest = [r.content for r in trained if r.metadata.src_node_id != 12]
+    counts = [c["metrics"]["num-examples"] for c in honest]
+    final = dict(np.load(tmp_path / "Toy_FedLAG_flower_0.global.npz"))
+    for name in final:
+        by_hand = sum(n * c["arrays"][name].numpy().astype(np.float64) for n, c in zip(counts, honest)) / sum(counts)
+        np.testing.assert_allclose(final[name], by_hand, rtol=0, atol=1e-6, err_msg=name)
+    scores = [r.content["metrics"] for r in sorted(evaluated, key=lambda r: r.metadata.src_node_id)][:2]
+    correct, examples = sum(m["correct"] for m in scores), sum(m["num-examples"] for m in scores)
+    assert arrays["rs_test_acc"].tolist() == [correct / examples]
+    assert arrays["rs_client_acc"].tolist() == [[m["correct"] / m["num-examples"] for m in scores]]
+    assert arrays["rs_client_ids"].tolist() == [[0, 1]]
