@@ -13,6 +13,7 @@ from typing import List, Optional
 import torch
 
 from app.options import flag_defaults
+from flcore.clients.state_store import StoreError
 from flcore.state import StateError
 from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               load_latest_checkpoint, other_checkpoint_folders, payload_round, rng_state_problem,
@@ -71,7 +72,8 @@ class Checkpoints:
 
         Unusable checkpoints (no or wrong checksum, unloadable, not fitting this server) are skipped and
         named; with none usable the run starts from round 0 and says so. Refuses (``CheckpointError``)
-        when the only checkpoints under this results name were made with other flags.
+        when the only checkpoints under this results name were made with other flags, and, keeping the
+        checkpoint, when the client-state store cannot take its clients in (``--state_memory`` too small).
         """
         folder = self.checkpoint_folder()
         try:
@@ -89,6 +91,12 @@ class Checkpoints:
         try:
             self.server.set_state(found.payload["server"])
             set_global_rng_state(found.payload["rng"])
+        except StoreError as err:
+            # Loading reads no client-state file (every one was checked, and the clients adopt them): what
+            # failed is the store taking the clients in (too small a --state_memory, a full disk, a folder
+            # in a file's place). The checkpoint is sound, and the only way to continue the run: keep it.
+            raise CheckpointError(f"cannot resume from {display_path(found.path)}: {err}, then rerun with "
+                                  f"--resume (keep the checkpoint: it passed its checks)") from None
         except (StateError, RuntimeError, ValueError, KeyError, TypeError) as err:
             # Past every check, so the server may be half loaded: no other checkpoint can be tried now.
             raise CheckpointError(f"{display_path(found.path)} passed its checks but cannot be loaded "

@@ -201,7 +201,8 @@ def remove_checkpoints(folder: Path) -> None:
         store = folder / CLIENT_STATE_FOLDER
         for leftover in [*folder.glob(".round_*.tmp"), *folder.glob("round_*.sha256"), *store.glob("*.safetensors"),
                          *store.glob(".*")]:
-            leftover.unlink(missing_ok=True)
+            if not leftover.is_dir():  # the run writes files only: a folder under such a name is someone's
+                leftover.unlink(missing_ok=True)
         try:
             store.rmdir()  # the client-state files went with the checkpoints that named them
         except OSError:

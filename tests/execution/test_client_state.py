@@ -2,6 +2,7 @@
 the least recently used clients' own tensors go to checksummed files and come back when used, with
 results bit-identical to keeping everything in memory, checkpoints that name the files, and refusals of
 what cannot work."""
+import os
 import subprocess
 from pathlib import Path
 
@@ -86,6 +87,65 @@ def test_files_are_named_by_their_bytes_and_refused_when_altered(tmp_path):
     assert "truncated or altered" in store.problem(record)
     path.unlink()
     assert "cannot be read" in store.problem(record)
+
+
+def test_a_file_of_the_same_name_and_size_is_rewritten_not_trusted(tmp_path):
+    """A spill of bytes whose file is there already, altered in place since (same size), puts good bytes back."""
+    store = ClientStateStore(budget=None, folder=tmp_path)
+    tensors = {"attr/c": torch.arange(8.0)}
+    record = store.write(tensors)
+    path = store.path_of(record)
+    good = path.read_bytes()
+    path.write_bytes(good[:-4] + bytes(b ^ 0xFF for b in good[-4:]))
+    assert "truncated or altered" in store.problem(record)
+    assert store.write({k: v.clone() for k, v in tensors.items()}) == record
+    assert path.read_bytes() == good and store.problem(record) is None
+    assert torch.equal(store.read(record)["attr/c"], tensors["attr/c"])
+
+
+def test_a_folder_at_a_files_name_is_refused_in_one_line_and_left_alone(tmp_path):
+    from utils.checkpoint import remove_checkpoints, save_checkpoint
+    folder = tmp_path / "client-state"
+    store = ClientStateStore(budget=None, folder=folder)
+    tensors = {"attr/c": torch.arange(8.0)}
+    record = store.write(tensors)
+    path = store.path_of(record)
+    path.unlink()
+    path.mkdir()
+    (path / "notes.txt").write_text("not the store's")
+    assert "cannot be read" in store.problem(record)
+    with pytest.raises(StoreError) as refused:
+        store.write(tensors)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and f"{path} is a folder" in message and "move it away" in message
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    store.released(record)   # nobody names it any more: the store would remove its file
+    store.pin(0)
+    store.close(keep_checkpointed=False)
+    save_checkpoint(tmp_path, 0, {"x": 1})
+    remove_checkpoints(tmp_path)  # a completed run's clean-up
+    assert (path / "notes.txt").read_text() == "not the store's"
+    assert not (tmp_path / "round_000000.pt").exists()
+
+
+@pytest.fixture
+def umask():
+    """``os.umask`` for a test to set; the process's umask is put back after it."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=["umask-022", "umask-077"])
+def test_spilled_state_follows_the_umask_as_the_checkpoint_naming_it_does(tmp_path, umask, mask):
+    from utils.checkpoint import save_checkpoint
+    umask(mask)
+    store = ClientStateStore(budget=None, folder=tmp_path / "client-state")
+    spilled = store.path_of(store.write({"attr/c": torch.arange(8.0)}))
+    checkpoint = save_checkpoint(tmp_path, 0, {"x": 1})
+    expected = 0o666 & ~mask
+    assert {oct(p.stat().st_mode & 0o777) for p in (spilled, checkpoint)} == {oct(expected)}
+    assert oct((tmp_path / "client-state").stat().st_mode & 0o777) == oct(0o777 & ~mask)
 
 
 def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatch):
@@ -304,6 +364,92 @@ def test_an_altered_client_state_file_is_named_and_its_checkpoint_refused(data_d
     assert f"client state file {path} is truncated or altered" in note
     train(resumed)
     same_results(resumed, reference)  # from the older checkpoint (or round 0): the same run
+
+
+def spill_files_of(folder: Path, payload: dict) -> list:
+    """The client-state files a checkpoint's ``payload`` names, in its ``folder``."""
+    return [folder / "client-state" / f"{c['stored_in']['digest']}.safetensors"
+            for c in payload["server"]["clients"] if "stored_in" in c]
+
+
+def test_too_small_a_budget_on_resume_keeps_the_checkpoint_and_says_to_raise_it(data_dir, tmp_path):
+    """The checkpoint is sound; what fails is --state_memory: the line names the budget, tells to raise
+    it, and never to delete the checkpoint, which then resumes with a budget that fits."""
+    from utils.checkpoint import CheckpointError
+    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
+    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError) as refused:
+        server_for(data_dir, results, *SPILLING, "--state_memory", "1", "--resume")
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and "round_000002.pt" in message
+    assert "--state_memory 1 B cannot hold one client's own state" in message and "raise --state_memory" in message
+    assert "rerun with --resume" in message and "delete" not in message
+    assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before  # nothing lost
+    resumed = server_for(data_dir, results, *SPILLING, "--state_memory", budget, "--resume")
+    train(resumed)
+    same_results(resumed, reference)
+
+
+def test_with_every_client_state_file_altered_the_fresh_start_completes(data_dir, tmp_path, capsys):
+    """Every file the kept checkpoints (rounds 1 and 3) name altered in place, same size: both are refused
+    and the run starts from round 0. Its round 1 spills the same states again, before any checkpoint
+    could prune the altered files: each is rewritten, not taken for the file of its name, so the run
+    completes with the uninterrupted run's results."""
+    flags = (*SPILLING, "--checkpoint_every", "2")
+    reference = server_for(data_dir, tmp_path / "reference", *flags)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    interrupted_after(server_for(data_dir, results, *flags, "--state_memory", budget), 4)
+    folder = next((results / "checkpoints").rglob("round_000003.pt")).parent
+    named = [spill_files_of(folder, torch.load(path, weights_only=True)) for path in sorted(folder.glob("*.pt"))]
+    assert len(named) == 2 and all(named), "each kept checkpoint must name a spilled client's file"
+    for path in (folder / "client-state").glob("*.safetensors"):
+        data = bytearray(path.read_bytes())
+        data[-4:] = bytes(b ^ 0xFF for b in data[-4:])
+        path.write_bytes(bytes(data))
+    resumed = server_for(data_dir, results, *flags, "--state_memory", budget, "--resume")
+    note = capsys.readouterr().out
+    assert "no usable checkpoint" in note and "starting from round 0" in note
+    train(resumed)
+    same_results(resumed, reference)
+    assert not (results / "checkpoints").exists()
+
+
+def test_a_folder_at_a_checkpointed_files_name_is_named_in_one_line_and_the_run_resumes_once_moved(
+        data_dir, tmp_path, capsys):
+    """A folder where a file both kept checkpoints name should be: each is refused for it, the fresh start
+    leaves the folder alone and stops, in one line, where it needs the name; once the folder is moved,
+    --resume continues from the fresh start's checkpoint to the uninterrupted run's results."""
+    from utils.errors import RunError
+    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
+    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    named = [set(spill_files_of(folder, torch.load(p, weights_only=True))) for p in folder.glob("*.pt")]
+    path = next(iter(set.intersection(*named)))
+    path.unlink()
+    path.mkdir()
+    (path / "notes.txt").write_text("someone's")
+    resumed = server_for(data_dir, results, *SPILLING, "--state_memory", budget, "--resume")
+    assert "starting from round 0" in capsys.readouterr().out
+    with pytest.raises(RunError) as stop:
+        train(resumed)
+    message = str(stop.value)
+    assert len(message.splitlines()) == 1 and f"{path} is a folder" in message and "move it away" in message
+    assert (path / "notes.txt").read_text() == "someone's"
+    path.rename(tmp_path / "moved")
+    again = server_for(data_dir, results, *SPILLING, "--state_memory", budget, "--resume")
+    assert "resumed after round" in capsys.readouterr().out
+    train(again)
+    same_results(again, reference)
 
 
 def test_a_full_disk_while_spilling_stops_the_run_in_one_line_keeping_results(data_dir, tmp_path, monkeypatch):

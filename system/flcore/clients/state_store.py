@@ -10,10 +10,12 @@ shape-only (``meta``) stand-ins; anything that reads the client's state reads th
 never changes a value: results are the same with any budget.
 
 Files are safetensors (tensors only: nothing is executed to load them), named by the SHA-256 of their
-bytes, written atomically and never changed. A file whose bytes do not hash to its name was truncated or
-altered; it is named and refused. A checkpoint records which file holds each spilled client's tensors
-(shared tensors are saved once, own ones once: not one model copy per client), and the store keeps every
-file a kept checkpoint names until the checkpoint goes.
+bytes, written atomically and never changed; their mode follows the umask, as the checkpoints beside them
+do. A file whose bytes do not hash to its name was truncated or altered; it is named and refused, and a
+spill of the same bytes puts a good file in its place. A checkpoint records which file holds each spilled
+client's tensors (shared tensors are saved once, own ones once: not one model copy per client), and the
+store keeps every file a kept checkpoint names until the checkpoint goes. A folder at a file's name is not
+the store's: it is left alone, and a spill that needs the name stops the run saying so.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import weakref
 from collections import Counter, OrderedDict
@@ -151,7 +154,7 @@ class ClientStateStore:
 
     # ----- files --------------------------------------------------------------------------------
     def write(self, tensors: Mapping[str, torch.Tensor]) -> SpillRecord:
-        """Write ``tensors`` to the file named by their bytes' SHA-256 (once: the same bytes, the same file).
+        """Write ``tensors`` to the file named by their bytes' SHA-256 (the same bytes, the same file, put anew).
 
         Streamed: safetensors writes from the tensors' own memory into a temporary file, which is hashed in
         chunks and renamed. A model-sized ``bytes`` of the file is never made (spilling is what happens
@@ -174,11 +177,19 @@ class ClientStateStore:
             os.makedirs(folder, exist_ok=True)
             tmp = create_temp_file(folder, ".spill.")  # a dot-name: close() removes one a crash left
             try:
+                # safetensors puts a file of its own, mode 0600, in tmp's place: give it back the mode the
+                # umask gave tmp, so that spilled state is as readable as the checkpoint naming it.
+                mode = stat.S_IMODE(os.stat(tmp).st_mode)
                 save_file(plain, tmp)
+                os.chmod(tmp, mode)
                 digest, nbytes = _sha256_of(Path(tmp))
                 path = folder / f"{digest}.safetensors"
-                if not path.is_file() or path.stat().st_size != nbytes:  # else the same bytes are there
-                    os.replace(tmp, path)
+                if path.is_dir():
+                    raise StoreError(f"{path} is a folder, where the client-state store keeps a client's state; "
+                                     f"move it away")
+                # Replaced even when a file of this name is there: that one may have been altered since it
+                # was written (a refused checkpoint's), and these bytes are known to hash to the name.
+                os.replace(tmp, path)
             finally:
                 if os.path.exists(tmp):
                     os.remove(tmp)
@@ -249,7 +260,7 @@ class ClientStateStore:
         keep = set().union(*self._pinned.values()) if keep_checkpointed and self._pinned else set()
         for path in self.folder.iterdir():
             if _FILE.fullmatch(path.name) and path.name[:64] not in keep or path.name.startswith("."):
-                path.unlink(missing_ok=True)
+                _remove_file(path)
         try:
             self.folder.rmdir()
         except OSError:  # files a checkpoint names are kept with it
@@ -258,7 +269,7 @@ class ClientStateStore:
     def _remove_unnamed(self, digests) -> None:
         named = set(self._live).union(*self._pinned.values())
         for digest in set(digests) - named:
-            (self._folder() / f"{digest}.safetensors").unlink(missing_ok=True)
+            _remove_file(self._folder() / f"{digest}.safetensors")
 
     def _folder(self) -> Path:
         """The store's folder (made by the first write); a temporary one when the run set none."""
@@ -276,3 +287,9 @@ def _sha256_of(path: Path, chunk: int = 1 << 20) -> "tuple[str, int]":
             digest.update(block)
             size += len(block)
     return digest.hexdigest(), size
+
+
+def _remove_file(path: Path) -> None:
+    """Remove the file at ``path``, if any. A folder there is not the store's (it never makes one): it stays."""
+    if not path.is_dir():
+        path.unlink(missing_ok=True)
