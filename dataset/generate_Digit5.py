@@ -35,7 +35,8 @@ from dataset.utils.generate import (GenerateError, GeneratorSetting, PartitionOp
 from dataset.utils.images import RGB, float_images, resize_images  # noqa: E402
 from dataset.utils.source_arrays import check_images, read_image_npz  # noqa: E402
 from dataset.utils.raw_data import DownloadError  # noqa: E402
-from dataset.utils.torchvision_splits import download_splits, pooled  # noqa: E402
+from dataset.utils.source_identity import source_digest  # noqa: E402
+from dataset.utils.torchvision_splits import download_splits, pooled, torchvision_datasets  # noqa: E402
 
 NAME = "Digit5"
 SIZE = 32
@@ -48,6 +49,8 @@ SETTINGS = (GeneratorSetting("--domain-samples", 0, "keep a seeded random N samp
 FOLDER_FORM = ("a folder holding one .npz per domain (mnist.npz, mnistm.npz, svhn.npz, syn.npz, usps.npz), "
                "each with uint8 images x (N x H x W [x 3]) and digit labels y")
 SOURCE_HELP = f"{FOLDER_FORM}; a domain it lacks is downloaded where torchvision has it (MNIST, SVHN, USPS)"
+# Without torchvision, every domain must come from the --source folder.
+OFFLINE_HINT = "or put mnist.npz, svhn.npz and usps.npz in the --source folder, which then needs no torchvision"
 
 # The --domain-samples draw has its own random stream: the partition does not depend on it.
 SUBSAMPLE_STREAM = 0xD5
@@ -57,15 +60,13 @@ Domain = Tuple[np.ndarray, np.ndarray]  # uint8 N x 32 x 32 x 3, int64 labels
 
 def open_train_test(class_name: str, root: str, train: bool):
     """A torchvision digit set with ``train=`` splits and ``data`` / ``targets`` (MNIST, USPS)."""
-    import torchvision.datasets
-    digits = getattr(torchvision.datasets, class_name)(root, train=train, download=True)
+    digits = getattr(torchvision_datasets(OFFLINE_HINT), class_name)(root, train=train, download=True)
     return np.asarray(digits.data), np.asarray(digits.targets)
 
 
 def open_svhn(root: str, train: bool):
     """torchvision's SVHN (``split=``, channel-first ``data``, ``labels`` with 10 already mapped to 0)."""
-    import torchvision.datasets
-    digits = torchvision.datasets.SVHN(root, split="train" if train else "test", download=True)
+    digits = torchvision_datasets(OFFLINE_HINT).SVHN(root, split="train" if train else "test", download=True)
     return np.asarray(digits.data).transpose(0, 2, 3, 1), np.asarray(digits.labels)
 
 
@@ -133,16 +134,21 @@ def main(argv: Sequence[str]) -> int:
         values = setting_values(args, SETTINGS)
         owners = client_domains(options.num_clients, DOMAINS)
         out = output_folder(args.root, args.name or NAME)
-        if not args.force and already_built(out, options, values):
+        # Without --source the folder is compared before any download; with it, by the domains' arrays.
+        if args.source is None and not args.force and already_built(out, options, values):
             return 0
         domains = load_domains(args.source, Path(args.root) / NAME / "rawdata", values["domain_samples"],
                                options.seed)
         y = np.concatenate([labels for _, labels in domains.values()])
+        x = float_images(np.concatenate([images for images, _ in domains.values()]))
+        origin = source_digest(args.source, x, y)
+        if args.source is not None and not args.force and already_built(out, options, values, origin):
+            return 0
         parts = partition_by_domain(y, {d: len(labels) for d, (_, labels) in domains.items()}, options,
                                     NUM_CLASSES, np.random.default_rng(options.seed))
-        x = float_images(np.concatenate([images for images, _ in domains.values()]))
         config = build_dataset(out, x, y, options, source=NAME, num_classes=NUM_CLASSES, parts=parts,
-                               extra_config={"client_domains": owners, "generator_settings": values})
+                               extra_config={"client_domains": owners, "generator_settings": values},
+                               origin=origin)
     except GENERATOR_ERRORS as err:
         print(error_line(err))
         return 2

@@ -28,7 +28,7 @@ from dataset.utils.command_line import main as generate_main  # noqa: E402
 from dataset.utils.images import GREY, float_images, image_array, resize_images  # noqa: E402
 from dataset.utils.source_arrays import read_image_npz  # noqa: E402
 from dataset.utils.raw_data import SOURCE_HINT  # noqa: E402
-from dataset.utils.torchvision_splits import download_splits, pooled  # noqa: E402
+from dataset.utils.torchvision_splits import download_splits, pooled, torchvision_datasets  # noqa: E402
 
 NAME = "Omniglot"
 SIZE = 28
@@ -38,8 +38,7 @@ SOURCE_HELP = ("build offline from a .npz of uint8 drawings x (N x H x W, any si
 
 def open_set(root: str, background: bool):
     """One of torchvision's two Omniglot sets (downloaded if needed), each drawing resized on reading."""
-    import torchvision.datasets
-    drawings = torchvision.datasets.Omniglot(root, background=background, download=True)
+    drawings = torchvision_datasets().Omniglot(root, background=background, download=True)
     x = np.empty((len(drawings), SIZE, SIZE), dtype=np.uint8)
     y = np.empty(len(drawings), dtype=np.int64)
     for i in range(len(drawings)):

@@ -6,7 +6,8 @@ PFLlib's positional argv is kept (``noniid balance dir``) and named options are 
         --source mnist.npz
 
 :func:`main` reads and checks the options, names the output folder, leaves a folder that already holds
-the split as it is, and otherwise loads the raw arrays and builds the dataset with
+the split (from the same data: see :mod:`dataset.utils.source_identity`) as it is, and otherwise loads
+the raw arrays and builds the dataset with
 :func:`dataset.utils.generate.build_dataset`. A request the generator refuses is one ``error:`` line and
 exit status 2, not a traceback.
 """
@@ -25,6 +26,7 @@ from dataset.utils.naming import feature_shift_word
 from dataset.utils.one_line import OneLineParser
 from dataset.utils.partition import PARTITIONS, PartitionError
 from dataset.utils.raw_data import RawLoader
+from dataset.utils.source_identity import source_digest
 
 DATASET_ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,14 +125,18 @@ def main(name: str, load_raw: RawLoader, argv: Sequence[str], *, default_class_p
         values = setting_values(args, settings)
         folder = args.name if args.name is not None else (folder_for(options) if folder_for else name)
         out = output_folder(args.root, folder)
-        if not args.force and already_built(out, options, values):
+        # The published data is compared before it is downloaded; a --source by the arrays read from it.
+        if args.source is None and not args.force and already_built(out, options, values):
             return 0
         # The download goes under --root too: a generator writes nowhere but the folder it was given.
         x, y, *described = load_raw(args.source, Path(args.root) / name / "rawdata", **values)
+        origin = source_digest(args.source, x, y)
+        if args.source is not None and not args.force and already_built(out, options, values, origin):
+            return 0
         extra = dict(described[0]) if described else {}
         if values:
             extra["generator_settings"] = values
-        config = build_dataset(out, x, y, options, source=name, extra_config=extra)
+        config = build_dataset(out, x, y, options, source=name, extra_config=extra, origin=origin)
     except GENERATOR_ERRORS as err:
         print(error_line(err))
         return 2

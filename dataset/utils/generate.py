@@ -7,7 +7,8 @@ that holds another split is only replaced with ``--force``.
 
 A generator may add options of its own that change the arrays rather than the split (a text dataset's
 ``--vocab-size`` and ``--max-len``, see :class:`GeneratorSetting`); they are recorded in ``config.json``
-under ``generator_settings`` and compared on reuse like the partition.
+under ``generator_settings`` and compared on reuse like the partition. So is the data a split is cut
+from, by a digest of its arrays (:mod:`dataset.utils.source_identity`).
 
 A dataset is built in a temporary sibling folder and renamed into place when complete, so an
 interrupted build never leaves old and new files mixed. ``config.json`` records a content hash of every
@@ -29,6 +30,8 @@ from dataset.utils.client_files import (CONFIG_NAME, DatasetFileError, client_fi
                                         read_client_arrays, read_config, write_client_arrays, write_config)
 from dataset.utils.feature_groups import FeatureShift, FeatureShiftError, feature_shift_of
 from dataset.utils.partition import PFLLIB_BATCH_SIZE, PartitionError, partition, split_train_test
+from dataset.utils.source_identity import (SourceDigest, predates_digests, source_differences, source_digest,
+                                           source_entries)
 
 
 @dataclass(frozen=True)
@@ -96,33 +99,49 @@ def split_differences(config: dict, options: PartitionOptions) -> List[str]:
             if config.get(key, defaults[key]) != value]
 
 
-def already_built(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None) -> bool:
-    """True (and says so) when ``out`` holds this split intact: nothing to do. Raises
-    :class:`GenerateError` when it holds another split, which is never replaced without ``--force``."""
-    state = existing_split_state(out, options, settings)
+def already_built(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None,
+                  source: Optional[SourceDigest] = None) -> bool:
+    """True (and says so) when ``out`` holds this split of ``source`` (None: of the published data, not yet
+    read) intact: nothing to do. Raises :class:`GenerateError` when it holds another split, or may (a
+    folder built before sources were recorded): neither is replaced without ``--force``."""
+    state = existing_split_state(out, options, settings, source)
     if state == "complete":
         print(f"{out} already holds this split; nothing to do (use --force to rewrite)")
         return True
     if state.startswith("different"):
         raise GenerateError(f"{out} holds another split ({state[len('different: '):]}); pass --force "
                             f"to replace it, or --name to write another folder")
+    if state == "unrecorded source":
+        raise GenerateError(f"{out} was built before its source was recorded, so it may hold a split of other "
+                            f"data than {source.file}; pass --force to rebuild it from {source.file}, or --name "
+                            f"to write another folder")
     return False
 
 
-def existing_split_state(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None) -> str:
-    """What folder ``out`` holds, compared with the split ``options`` (and generator ``settings``) ask for.
+def existing_split_state(out: Path, options: PartitionOptions, settings: Optional[Mapping[str, int]] = None,
+                         source: Optional[SourceDigest] = None) -> str:
+    """What folder ``out`` holds, compared with the split ``options`` (and generator ``settings``) ask for,
+    built from ``source`` (None: the published data).
 
     ``"absent"`` (no readable ``config.json``: no split to lose), ``"complete"`` (this split, every
     file present and, where the config records hashes, intact), ``"damaged"`` (this split, files
-    missing or altered) or ``"different: <the differing parameters>"``.
+    missing or altered), ``"different: <the differing parameters>"``, or ``"unrecorded source"`` (the
+    same parameters, but the config predates recorded sources while ``source`` is a file: which data the
+    folder holds is unknown).
     """
     try:
         config = read_config(out)
     except DatasetFileError:
         return "absent"
     differences = split_differences(config, options) + setting_differences(config, settings or {})
+    if not differences:
+        # The arrays follow from the settings (a text's vocabulary, a window's length): with another setting
+        # their digest differs too, and naming it would only repeat the setting.
+        differences = source_differences(config, source)
     if differences:
         return "different: " + ", ".join(differences)
+    if predates_digests(config, source):
+        return "unrecorded source"
     return "complete" if verify_files(out, config) is None else "damaged"
 
 
@@ -152,10 +171,13 @@ def verify_files(root: Path, config: dict) -> Optional[str]:
 
 def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOptions, *,
                   source: str = "", num_classes: Optional[int] = None, replace: bool = True,
-                  extra_config: Optional[Mapping] = None, parts: Optional[List[np.ndarray]] = None) -> dict:
+                  extra_config: Optional[Mapping] = None, parts: Optional[List[np.ndarray]] = None,
+                  origin: Optional[SourceDigest] = None) -> dict:
     """Partition ``(x, y)`` and write every client's files and the config; returns the config.
 
-    ``extra_config`` is added to ``config.json``: how to read ``x`` when it is not images (its
+    ``source`` is the dataset's name (its generator); ``origin`` what ``(x, y)`` were read from and their
+    digest (:func:`~dataset.utils.source_identity.source_digest`; None: the published data, digested
+    here). ``extra_config`` is added to ``config.json``: how to read ``x`` when it is not images (its
     ``input_kind`` and what goes with it), and the generator's settings. ``parts`` (each client's
     sample indices) replaces the label partition for a dataset split by nature, e.g. one client per
     speaker; ``options`` then only give the seed of the train/test split and what config.json records.
@@ -188,7 +210,7 @@ def build_dataset(out: Path, x: np.ndarray, y: np.ndarray, options: PartitionOpt
     work = create_temp_dir(out.parent, f".{out.name}.building-")
     try:
         config = _write_clients(work, x, y, parts, rng, options, source, num_classes, label_maps, shift,
-                                extra_config or {})
+                                dict(source_entries(origin or source_digest(None, x, y)), **(extra_config or {})))
         if replace:
             keep = tuple(p.name for p in out.iterdir() if p.name not in LAYOUT) if out.is_dir() else ()
             replace_folder(work, out, keep=keep)
