@@ -1,8 +1,12 @@
-"""Runs grouped into experiments: a :class:`Group` is the seeds of one (dataset, algorithm, goal), with
-its dataset's :class:`Partition`, in the paper's order; and the settings runs share or differ in.
+"""Runs grouped into experiments: a :class:`Group` is the seeds of one (dataset, algorithm, goal, settings),
+with its dataset's :class:`Partition`, in the paper's order; and the settings runs share or differ in.
+
+Runs that differ in any setting their algorithm reads (rounds, model, clients, ``--lag_share`` ...) are never
+seeds of one experiment: averaging them would show one number for two experiments.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -15,7 +19,7 @@ from dataset.utils.naming import PARTITION_SUFFIX, partition_from_config, partit
 from flcore.flag_use import unused_flags
 from flcore.registry import lag_base
 from reporting.runs import Run
-from reporting.statistics import ALL_STATISTICS
+from reporting.statistics import ALL_STATISTICS, run_values
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR, recorded_location
 from utils.run_identity import NON_IDENTIFYING_FLAGS
@@ -60,12 +64,14 @@ def dataset_partition(dataset: str, data_dir: Optional[object] = None) -> Partit
 
 @dataclass
 class Group:
-    """The runs (seeds) of one (dataset, algorithm, goal), and their summary."""
+    """The runs (seeds) of one (dataset, algorithm, goal, settings), and their summary. ``settings``: what
+    :func:`run_settings` gives for each of its runs (the same for all of them)."""
     dataset: str
     algorithm: str
     goal: str
     partition: Partition
     runs: List[Run] = field(default_factory=list)
+    settings: Dict[str, object] = field(default_factory=dict)
 
     @property
     def best(self) -> np.ndarray:
@@ -85,10 +91,10 @@ class Group:
         A statistic some run could not compute (no per-client accuracies) is NaN for the group: a mean
         over only some of the seeds would not be comparable with the other cells.
         """
-        summaries = [r.summary(last_k) for r in self.runs]
+        per_run = [run_values(r, last_k) for r in self.runs]
         out = {}
         for statistic in ALL_STATISTICS:
-            values = np.array([getattr(s, statistic.run_field) for s in summaries], dtype=float)
+            values = np.array([v[statistic.run_field] for v in per_run], dtype=float)
             out[f"{statistic.name}_mean"], out[f"{statistic.name}_std"] = float(np.mean(values)), float(np.std(values))
         return out
 
@@ -116,22 +122,26 @@ class Group:
 
 
 def group_runs(runs: Sequence[Run], data_dir: Optional[object] = None) -> List[Group]:
-    """Runs grouped by (dataset, algorithm, goal), each group's runs in run-index order.
+    """Runs grouped by (dataset, algorithm, goal, :func:`run_settings`), each group's runs in run-index order:
+    only runs that differ in nothing but the seed (and how they were executed) are averaged together.
 
     ``data_dir`` overrides where dataset configs are looked up (default: each run's recorded ``data_dir``).
     """
-    groups: Dict[Tuple[str, str, str], Group] = {}
+    groups: Dict[Tuple[str, str, str, str], Group] = {}
     for run in runs:
-        key = (run.dataset, run.algorithm, run.goal)
+        settings = run_settings(run)
+        key = (run.dataset, run.algorithm, run.goal, _value_key(settings))
         if key not in groups:
             recorded = run.config.get("data_dir")
             where = data_dir if data_dir is not None else (recorded_location(recorded) if recorded else None)
-            groups[key] = Group(run.dataset, run.algorithm, run.goal, dataset_partition(run.dataset, where))
+            groups[key] = Group(run.dataset, run.algorithm, run.goal, dataset_partition(run.dataset, where),
+                                settings=settings)
         groups[key].runs.append(run)
     for group in groups.values():
         group.runs.sort(key=lambda r: r.run)
     return sorted(groups.values(), key=lambda g: (g.partition.sort_key, dataset_sort_key(g.partition.base),
-                                                  g.dataset, algorithm_sort_key(g.algorithm), g.goal))
+                                                  g.dataset, algorithm_sort_key(g.algorithm), g.goal,
+                                                  g.runs[0].run))
 
 
 # The paper's column order; other datasets follow alphabetically.
@@ -164,26 +174,10 @@ def run_settings(run: Run) -> Dict[str, object]:
     return {k: v for k, v in run.config.items() if k not in NOT_SETTINGS and k not in unused}
 
 
-def common_settings(runs: Sequence[Run]) -> Dict[str, object]:
-    """The settings (:func:`run_settings`) that every run in ``runs`` has, with the same value."""
-    common: Optional[Dict[str, object]] = None
-    for run in runs:
-        mine = run_settings(run)
-        if common is None:
-            common = mine
-        else:
-            common = {k: v for k, v in common.items() if k in mine and _value_key(mine[k]) == _value_key(v)}
-    return common or {}
+ABSENT = "(not recorded)"  # a flag a run's file does not record (made before the flag existed)
 
 
-def differing_flags(settings: Sequence[Mapping[str, object]]) -> List[str]:
-    """Flags that every mapping holds, with at least two different values among them (sorted)."""
-    if len(settings) < 2:
-        return []
-    shared = set(settings[0]).intersection(*settings[1:])
-    return sorted(k for k in shared if len({_value_key(s[k]) for s in settings}) > 1)
-
-
+@functools.lru_cache(maxsize=1)
 def flag_names() -> Dict[str, str]:
     """Config key -> the shortest command-line spelling (``local_learning_rate`` -> ``-lr``)."""
     from app.options import build_parser
@@ -195,13 +189,45 @@ def flag_names() -> Dict[str, str]:
 
 
 def settings_text(settings: Mapping[str, object], keys: Sequence[str]) -> str:
-    """``-lr 0.05, -gr 10``: the flags ``keys`` with their values in ``settings``."""
+    """``-lr 0.05, -gr 10``: the flags ``keys`` that ``settings`` holds, with their values."""
     names = flag_names()
-    return ", ".join(f"{names.get(k, '--' + k)} {settings[k]}" for k in keys)
+    return ", ".join(f"{names.get(k, '--' + k)} {settings[k]}" for k in keys if k in settings)
 
 
-def varying_within(runs: Sequence[Run]) -> List[str]:
-    """Flags whose value differs between runs that the table averages as seeds of one experiment."""
-    configs = [run_settings(r) for r in runs]
-    keys = set().union(*configs) if configs else set()
-    return sorted(k for k in keys if len({_value_key(c.get(k)) for c in configs}) > 1)
+def flags_key(group: Group, keys: Sequence[str]) -> str:
+    """The values of flags ``keys`` in ``group``'s settings (a flag it does not record counts as a value of its
+    own), as a key: groups of one algorithm with the same key are one row of a table."""
+    return _value_key({k: group.settings.get(k, ABSENT) for k in keys})
+
+
+def _varies(groups: Sequence[Group], key: str, absent_counts: bool) -> bool:
+    values = {_value_key(g.settings.get(key, ABSENT)) for g in groups if absent_counts or key in g.settings}
+    return len(values) > 1
+
+
+def _by(groups: Sequence[Group], attribute: str) -> List[List[Group]]:
+    parts: Dict[str, List[Group]] = {}
+    for g in groups:
+        parts.setdefault(getattr(g, attribute), []).append(g)
+    return list(parts.values())
+
+
+def split_flags(groups: Sequence[Group]) -> Tuple[List[str], List[str]]:
+    """(column flags, row flags): the settings in which ``groups`` differ, and where a table names them.
+
+    A flag every group reads and that is the same within each dataset folder (``-gr`` of a grid whose datasets
+    ran for different rounds) tells columns apart. Any other flag that differs, within a dataset folder
+    (FedLAG at ``-gr 50`` beside FedAvg at ``-gr 100``) or between groups of one algorithm (``--lag_share``),
+    tells rows apart. Both lists sorted.
+    """
+    keys = sorted({k for g in groups for k in g.settings})
+    columns, rows = [], []
+    for key in keys:
+        everywhere = all(key in g.settings for g in groups)
+        within_datasets = any(_varies(part, key, False) for part in _by(groups, "dataset"))
+        if everywhere and not within_datasets:
+            if _varies(groups, key, False):
+                columns.append(key)
+        elif within_datasets or any(_varies(part, key, True) for part in _by(groups, "algorithm")):
+            rows.append(key)
+    return columns, rows

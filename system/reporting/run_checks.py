@@ -101,3 +101,46 @@ def _kind_problem(name: str, values: np.ndarray, kinds: str, what: str) -> Optio
 
 def _is_whole(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def groups_problem(arrays: Mapping[str, np.ndarray], config: Mapping[str, object]) -> Optional[str]:
+    """Why ``lag_groups`` (rounds x layers x clients, each client's group or -1) cannot be drawn as the groups
+    of the run whose file holds ``arrays`` and whose flags are ``config``, or None when it can (or is absent).
+
+    A table of another shape than the run (99 clients for ``-nc 8``, other rounds than its conflict scores)
+    would draw clients and rounds the run never had: that figure is refused, the rest of the run is reported.
+    """
+    groups = arrays.get("lag_groups")
+    if groups is None:
+        return None
+    problem = _kind_problem("lag_groups", groups, INTEGER_KINDS, "group numbers")
+    if problem or groups.ndim != 3:
+        return problem or f"lag_groups has shape {groups.shape}, not rounds x layers x clients"
+    rounds, layers, clients = groups.shape
+    scores = arrays.get("lag_conflict_scores")
+    if scores is None or scores.ndim != 2:
+        return "lag_groups without conflict scores (lag_conflict_scores) to match its rounds and layers"
+    if (rounds, layers) != scores.shape:
+        return (f"lag_groups has {rounds} rounds x {layers} layers, lag_conflict_scores {scores.shape[0]} x "
+                f"{scores.shape[1]}")
+    expected, source = _clients_of(arrays, config)
+    if expected is not None and clients != expected:
+        return f"lag_groups has {clients} clients, the run {expected} ({source})"
+    outside = groups[(groups < -1) | (groups >= clients)]
+    if outside.size:
+        return f"lag_groups holds group {int(outside.flat[0])}, not -1 or one of the {clients} client ids"
+    personal = arrays.get("lag_personal")
+    if personal is not None and personal.shape == scores.shape and \
+            ((groups >= 0) != personal.astype(bool)[:, :, None]).any():
+        return "lag_groups gives groups where lag_personal says the layer was shared, or none where it was personal"
+    return None
+
+
+def _clients_of(arrays: Mapping[str, np.ndarray], config: Mapping[str, object]):
+    """(number of clients, where it comes from) of a run: its -nc, else the columns of rs_client_acc."""
+    if _is_whole(config.get("num_clients")):
+        return int(config["num_clients"]), f"-nc {config['num_clients']}"
+    table = arrays.get("rs_client_acc")
+    if table is not None and table.ndim == 2 and table.shape[1] > 0:
+        return table.shape[1], "the columns of rs_client_acc"
+    return None, ""

@@ -1,6 +1,7 @@
 """Runs on disk for the reports: find ``.h5`` files, read each into a :class:`Run`, keep the usable ones.
 
-A run is one ``.h5``; runs with the same (dataset, algorithm, goal) are seeds of one experiment.
+A run is one ``.h5``; runs with the same (dataset, algorithm, goal) and settings are seeds of one experiment
+(:mod:`reporting.grouping`).
 """
 from __future__ import annotations
 

@@ -1,21 +1,27 @@
 """Which statistics of a run the tables show, how each is captioned, and which k a report uses.
 
-Every statistic is computed per run by :func:`utils.accuracy_summary.summarize_accuracy` and then
-averaged over the seeds of a cell (mean ± population std).
+Every statistic is computed per run (:func:`run_values`: :func:`utils.accuracy_summary.summarize_accuracy`
+and the mean over clients) and then averaged over the seeds of a cell (mean ± population std).
+
+PFLlib's accuracy (``rs_test_acc``) is weighted by each client's test samples: where one client holds half of
+them, it is mostly that client's accuracy. The mean over clients (each client's accuracy counted once, from
+``rs_client_acc``) is shown beside it, at the final evaluation and over the last k.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Dict, Mapping, Optional, Sequence
+
+import numpy as np
 
 from reporting.runs import Run
-from utils.accuracy_summary import DEFAULT_LAST_K
+from utils.accuracy_summary import DEFAULT_LAST_K, final_client_accuracy
 
 
 @dataclass(frozen=True)
 class Statistic:
     name: str          # key prefix in Group.stats(): "<name>_mean", "<name>_std"
-    run_field: str     # the AccuracySummary field it averages over seeds
+    run_field: str     # the field of run_values() it averages over seeds
     caption: str       # the table's heading; "{k}" is the last-k count
     column: str        # the CSV column suffix; "{k}" likewise
     higher_is_better: bool = True  # which end of a column is bold
@@ -32,7 +38,13 @@ class Statistic:
 STATISTICS = (
     Statistic("best", "best", "Best accuracy (%): max over evaluations", "best"),
     Statistic("final", "final", "Final accuracy (%): last evaluation", "final"),
+    Statistic("final_client_mean", "final_client_mean",
+              "Final accuracy, mean over clients (%): each client's accuracy at the last evaluation, unweighted",
+              "final client mean"),
     Statistic("last_k", "last_k_mean", "Mean accuracy of the last {k} evaluations (%)", "last-{k} mean"),
+    Statistic("last_k_client_mean", "last_k_client_mean",
+              "Mean over clients of the last {k} evaluations (%): each client's accuracy, unweighted",
+              "last-{k} client mean"),
     Statistic("worst10", "final_worst10_mean",
               "Worst 10% of clients at the final evaluation (%): mean accuracy of the ceil(n/10) lowest clients",
               "final worst-10%"),
@@ -64,3 +76,23 @@ def recorded_last_k(runs: Sequence[Run], asked: Optional[int] = None) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value
     return DEFAULT_LAST_K
+
+
+def client_mean_series(arrays: Mapping[str, object]) -> Optional[np.ndarray]:
+    """The unweighted mean of the clients' accuracies at each evaluation (one per entry of ``rs_test_acc``),
+    from ``rs_client_acc`` (evaluations x clients); None where the run recorded no such table (the rule of
+    :func:`~utils.accuracy_summary.final_client_accuracy`, so that it is n/a exactly where the client std is)."""
+    if final_client_accuracy(arrays) is None:
+        return None
+    return np.asarray(arrays["rs_client_acc"], dtype=float).mean(axis=1)
+
+
+def run_values(run: Run, last_k: int = DEFAULT_LAST_K) -> Dict[str, float]:
+    """Every field a :class:`Statistic` reads of ``run``: its :class:`~utils.accuracy_summary.AccuracySummary`
+    (``final_client_mean`` included) and ``last_k_client_mean``, the mean over clients averaged over the same
+    last evaluations as ``last_k_mean``; NaN where the run has no per-client table."""
+    summary = run.summary(last_k)
+    means = client_mean_series(run.arrays)
+    count = summary.last_k_count
+    last_k_client_mean = float(np.mean(means[-count:])) if means is not None and count else float("nan")
+    return {**asdict(summary), "last_k_client_mean": last_k_client_mean}

@@ -2,13 +2,15 @@
 :mod:`reporting.statistics`), their notes, and summaries."""
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from reporting.grouping import (Group, Partition, algorithm_sort_key, common_settings, dataset_sort_key,
-                                differing_flags, flag_names, settings_text, varying_within)
+from reporting.grouping import (Group, Partition, algorithm_sort_key, dataset_sort_key, flags_key, settings_text,
+                                split_flags)
 from reporting.runs import Run
 from reporting.statistics import BY_NAME, OPTIONAL_STATISTICS, STATISTICS, Statistic
 from utils.accuracy_summary import DEFAULT_LAST_K
@@ -29,58 +31,55 @@ class Row:
 
 
 def table_layout(groups: Sequence[Group]) -> Tuple[List[Row], List[Column], Dict[Tuple[Row, Column], Group]]:
-    """The paper's Table 1 layout: rows = algorithms (with the goal when there are several goals),
-    columns = dataset x partition, ordered by partition then dataset (all Dir(0.1) columns first)."""
-    goals = sorted({g.goal for g in groups})
+    """The paper's Table 1 layout: rows = algorithms, columns = dataset folders, ordered by partition then
+    dataset (all Dir(0.1) columns first); a cell is one group.
+
+    A label never stands for two settings (:func:`~reporting.grouping.split_flags`): a column names the
+    flags its runs differ in from other columns' (``Digits Dir(0.1) (-gr 20)``), and two folders of one
+    split that differ in nothing else are named by folder; a row is one algorithm and the values of the flags
+    that tell its groups apart (``FedLAG (--lag_share groups)``, ``FedAvg (-gr 50)``), and its goal when some
+    cell would hold two goals."""
+    column_flags, row_flags = split_flags(groups)
     columns: Dict[str, Column] = {}
-    labels: Dict[str, List[str]] = {}
-    texts = {g.dataset: f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
-             for g in groups}
-    for dataset, text in texts.items():
-        labels.setdefault(text, []).append(dataset)
-    # Settings each column's runs share; columns of one base dataset that differ in some flag say which.
-    column_settings = {d: common_settings([r for g in groups if g.dataset == d for r in g.runs]) for d in texts}
-    by_base: Dict[str, List[str]] = {}
     for g in groups:
-        if g.dataset not in by_base.setdefault(g.partition.base, []):
-            by_base[g.partition.base].append(g.dataset)
-    column_flags = {g.dataset: differing_flags([column_settings[d] for d in by_base[g.partition.base]])
-                    for g in groups}
-    for g in groups:
-        if g.dataset in columns:
-            continue
-        text = texts[g.dataset]
-        flags = column_flags[g.dataset]
-        if flags:
-            text = f"{text} ({settings_text(column_settings[g.dataset], flags)})"
-        if len(labels[texts[g.dataset]]) > 1 and not flags:  # same base and split, nothing else differs
-            text = f"{text} [{g.dataset}]"
-        columns[g.dataset] = Column(g.dataset, g.partition, text)
+        if g.dataset not in columns:
+            text = f"{g.partition.base} {g.partition.label}".strip() if g.partition.key else g.dataset
+            detail = settings_text(g.settings, column_flags)
+            columns[g.dataset] = Column(g.dataset, g.partition, f"{text} ({detail})" if detail else text)
+    shared = Counter(c.label for c in columns.values())
+    columns = {d: Column(d, c.partition, f"{c.label} [{d}]") if shared[c.label] > 1 else c
+               for d, c in columns.items()}
     ordered_columns = sorted(columns.values(), key=lambda c: (c.partition.sort_key, dataset_sort_key(c.partition.base),
                                                                c.dataset))
-    # One row per algorithm when no cell would get two goals (e.g. goal "paper-DNN" on MNIST and
-    # "paper-CNN" on CIFAR-10); otherwise one row per (algorithm, goal).
+    # One row per algorithm and settings when no cell would get two goals (e.g. goal "paper-DNN" on MNIST
+    # and "paper-CNN" on CIFAR-10); otherwise one per (algorithm, goal, settings).
     cell_goals: Dict[Tuple[str, str], set] = {}
     for g in groups:
         cell_goals.setdefault((g.algorithm, g.dataset), set()).add(g.goal)
     merge = all(len(v) == 1 for v in cell_goals.values())
-    # Rows of one algorithm split by goal name the flags that differ between them.
-    row_settings = {key: common_settings([r for g in groups if (g.algorithm, "" if merge else g.goal) == key
-                                          for r in g.runs])
-                    for key in {(g.algorithm, "" if merge else g.goal) for g in groups}}
-    rows: Dict[Tuple[str, str], Row] = {}
+    rows: Dict[Tuple[str, str, str], Row] = {}
+    cells: Dict[Tuple[Row, Column], Group] = {}
     for g in groups:
-        key = (g.algorithm, "" if merge else g.goal)
-        label = g.algorithm if merge or len(goals) == 1 else f"{g.algorithm} ({g.goal})"
-        siblings = [s for k, s in row_settings.items() if k[0] == g.algorithm]
-        flags = differing_flags(siblings)
-        if flags:
-            detail = settings_text(row_settings[key], flags)
-            label = f"{label[:-1]}; {detail})" if label.endswith(")") else f"{label} ({detail})"
-        rows.setdefault(key, Row(g.algorithm, key[1], label))
-    ordered_rows = sorted(rows.values(), key=lambda r: (r.goal, algorithm_sort_key(r.algorithm)))
-    cells = {(rows[(g.algorithm, "" if merge else g.goal)], columns[g.dataset]): g for g in groups}
+        goal = "" if merge else g.goal
+        key = (g.algorithm, goal, flags_key(g, row_flags))
+        if key not in rows:
+            detail = "; ".join(p for p in (goal, settings_text(g.settings, row_flags)) if p)
+            rows[key] = Row(g.algorithm, goal, f"{g.algorithm} ({detail})" if detail else g.algorithm)
+        cells[(rows[key], columns[g.dataset])] = g
+    ordered_rows = sorted(rows.values(), key=lambda r: (r.goal, algorithm_sort_key(r.algorithm), natural_key(r.label)))
     return ordered_rows, ordered_columns, cells
+
+
+def natural_key(text: str) -> tuple:
+    """Sorts ``-gr 5`` before ``-gr 50`` before ``-gr 100``: numbers in ``text`` compared as numbers."""
+    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part)
+                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", text)))
+
+
+def group_labels(groups: Sequence[Group]) -> Dict[int, Tuple[str, str]]:
+    """``id(group)`` -> (row label, column label) of its cell in :func:`table_layout`."""
+    _, _, cells = table_layout(groups)
+    return {id(g): (row.label, column.label) for (row, column), g in cells.items()}
 
 
 def format_cell(mean: float, std: float, runs: int = 2) -> str:
@@ -143,32 +142,20 @@ def seeds_note(groups: Sequence[Group]) -> str:
         return "One seed per cell: each value is a single run (no ± spread)."
     if len(counts) == 1:
         return f"{counts[0]} seeds per cell (mean ± population std)."
-    detail = ", ".join(f"{g.algorithm} on {g.dataset}: {len(g.runs)}" for g in groups if len(g.runs) != counts[-1])
+    labels = group_labels(groups)
+    detail = ", ".join(f"{labels[id(g)][0]} on {labels[id(g)][1]}: {len(g.runs)}" for g in groups
+                       if len(g.runs) != counts[-1])
     return (f"Seeds per cell vary: most have {counts[-1]} (mean ± population std); {detail}"
             " (a value without ± is a single run).")
 
 
-def settings_note(groups: Sequence[Group]) -> str:
-    """Flags that differ between the runs a cell averages (they were run as seeds of one experiment)."""
-    parts = []
-    for g in groups:
-        flags = varying_within(g.runs)
-        if flags:
-            names = flag_names()
-            values = "; ".join(f"{names.get(k, '--' + k)} " + ", ".join(dict.fromkeys(str(r.config.get(k))
-                                                                         for r in g.runs)) for k in flags)
-            parts.append(f"{g.algorithm} on {g.dataset} ({g.goal}): {values}")
-    return ("Averaged runs that differ in settings: " + " | ".join(parts) + ".") if parts else ""
-
-
 def models_note(groups: Sequence[Group]) -> str:
-    """Which model each column used, when the table mixes models; else the one model."""
-    _, columns, cells = table_layout(groups)
-    per_column = {c.label: sorted({g.model for (r, col), g in cells.items() if col == c}) for c in columns}
-    models = sorted({m for v in per_column.values() for m in v})
+    """The one model of the table; or, when it mixes models, which (the labels name each cell's: runs of
+    different models are never under one label)."""
+    models = sorted({g.model for g in groups})
     if len(models) <= 1:
         return f"Model: {models[0] if models else '?'}."
-    return "Models: " + "; ".join(f"{label}: {'/'.join(m)}" for label, m in per_column.items()) + "."
+    return f"Models: {', '.join(models)} (-m in each label)."
 
 
 def shown_statistics(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> Tuple[Statistic, ...]:
@@ -181,7 +168,8 @@ def shown_statistics(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> T
 
 def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[List[str]]:
     """Table 1 layout for a spreadsheet: one row per algorithm; per column one cell per statistic
-    (best, final, last-k mean, final worst-10%, final client std, and the optional ones recorded)."""
+    (best, final, final client mean, last-k mean, last-k client mean, final worst-10%, final client std, and
+    the optional ones recorded)."""
     rows, columns, cells = table_layout(groups)
     statistics = shown_statistics(groups, last_k)
     header = ["method"] + [f"{c.label} {s.column_name(last_k)}" for c in columns for s in statistics]
@@ -203,27 +191,33 @@ def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[Lis
 # A fixed column order, the first columns as they always were, so that a script reading them by position works.
 SUMMARY_FIELDS = ("algorithm", "goal", "model", "dataset", "base_dataset", "partition", "runs", "run_ids",
                   "rounds", "best_mean", "best_std", "final_mean", "final_std", "last_k", "last_k_mean", "last_k_std",
-                  "worst10_mean", "worst10_std", "client_std_mean", "client_std_std")
+                  "worst10_mean", "worst10_std", "client_std_mean", "client_std_std",
+                  "final_client_mean_mean", "final_client_mean_std", "last_k_client_mean_mean",
+                  "last_k_client_mean_std", "method", "column")
 
 
 def summary_rows(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[Dict[str, object]]:
     """One record per group with the numbers (fractions in [0, 1], not rounded; NaN where the runs lack
-    the data), for a tidy CSV. ``last_k`` is the k of the last_k_* fields."""
+    the data), for a tidy CSV. ``last_k`` is the k of the last_k_* fields; ``method`` and ``column`` are the
+    group's labels in the tables (which tell apart groups of one algorithm, dataset and goal)."""
     records = []
+    labels = group_labels(groups)
     for g in groups:
+        method, column = labels[id(g)]
         records.append({"algorithm": g.algorithm, "goal": g.goal, "model": g.model, "dataset": g.dataset,
                         "base_dataset": g.partition.base, "partition": g.partition.key, "runs": len(g.runs),
                         "run_ids": " ".join(str(r.run) for r in g.runs),
                         "rounds": max(int(r.eval_rounds[-1]) for r in g.runs), "last_k": last_k,
-                        **g.stats(last_k)})
+                        "method": method, "column": column, **g.stats(last_k)})
     return records
 
 
-def personal_frequency(runs: Sequence[Run]) -> Tuple[List[str], np.ndarray, np.ndarray]:
-    """(layer names, mean, std over runs) of the fraction of rounds each layer was kept personal."""
+def personal_frequency(runs: Sequence[Run]) -> Tuple[List[str], np.ndarray, np.ndarray, int]:
+    """(layer names, mean, std over runs, runs averaged) of the fraction of rounds each layer was kept
+    personal; a run that recorded no ``lag_personal`` (or other layers) is not averaged, and the count says so."""
     names = [str(n) for n in runs[0].arrays["lag_layer_names"]]
     freq = np.array([np.asarray(r.arrays["lag_personal"], dtype=float).mean(axis=0) for r in runs
                      if len(r.arrays.get("lag_personal", [])) and len(r.arrays["lag_layer_names"]) == len(names)])
     if freq.size == 0:
-        return names, np.zeros(len(names)), np.zeros(len(names))
-    return names, freq.mean(axis=0), freq.std(axis=0)
+        return names, np.zeros(len(names)), np.zeros(len(names)), 0
+    return names, freq.mean(axis=0), freq.std(axis=0), len(freq)

@@ -8,7 +8,7 @@ import pytest
 
 import report
 from reporting import plots
-from reporting.grouping import dataset_partition, group_runs, varying_within
+from reporting.grouping import dataset_partition, group_runs, run_settings
 from reporting.runs import find_runs, load_runs
 from reporting.statistics import recorded_last_k
 from reporting.tables import markdown_table, models_note, personal_frequency, summary_rows
@@ -97,12 +97,13 @@ def test_report_command_writes_tables_and_plots(batch, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| FedAvg | 70.00 ± 8.16 |" in printed and "left out MNIST-dir0.1_FedAvg_g_3.h5" in printed
     rows = list(csv.reader(open(out / "table.csv")))
-    stats = ["best", "final", "last-10 mean", "final worst-10%", "final client std"]
+    stats = ["best", "final", "final client mean", "last-10 mean", "last-10 client mean", "final worst-10%",
+             "final client std"]
     assert rows[0] == ["method"] + [f"{c} {m}" for c in ("MNIST Dir(0.1)", "MNIST Dir(1)") for m in stats]
     # last-10 of 3 evaluations averages all three: seeds 0.4, 0.5333, 0.6167 -> mean 0.5167, population std
     # sqrt((0.11667^2 + 0.01667^2 + 0.1^2) / 3) = 0.0892; the runs recorded no rs_client_acc: n/a
-    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "51.67 ± 8.92", "n/a", "n/a",
-                       "40.00", "40.00", "30.00", "n/a", "n/a"]
+    assert rows[2] == ["FedAvg", "70.00 ± 8.16", "65.00 ± 10.80", "n/a", "51.67 ± 8.92", "n/a", "n/a", "n/a",
+                       "40.00", "40.00", "n/a", "30.00", "n/a", "n/a", "n/a"]
     summary = list(csv.DictReader(open(out / "summary.csv")))
     assert float(summary[1]["final_std"]) == pytest.approx(0.1080123, abs=1e-7)
     pngs = sorted(p.name for p in out.glob("*.png"))
@@ -143,8 +144,8 @@ def test_heatmap_normalised_by_client_pairs():
 def test_personal_frequency_and_curves(batch):
     runs, _ = load_runs(find_runs([batch]))
     lag = [r for r in runs if r.algorithm == "FedLAG" and r.dataset == "MNIST-dir0.1"]
-    names, mean, std = personal_frequency(lag)
-    assert names == LAYERS and np.allclose(mean, [0.75, 0.25, 0.75]) and np.allclose(std, 0)
+    names, mean, std, averaged = personal_frequency(lag)
+    assert names == LAYERS and np.allclose(mean, [0.75, 0.25, 0.75]) and np.allclose(std, 0) and averaged == 3
     fig = plots.plot_personal_frequency(names, mean, std, "t")
     assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([0.75, 0.25, 0.75])
     group = next(g for g in group_runs(runs) if g.algorithm == "FedAvg" and g.dataset == "MNIST-dir0.1")
@@ -175,9 +176,10 @@ def test_one_row_per_algorithm_when_goals_only_differ_by_dataset(tmp_path):
         write_run(tmp_path, "Cifar10-dir0.1", algorithm, 0, [0.3], goal="paper-CNN")
     runs, _ = load_runs(find_runs([tmp_path]))
     lines = markdown_table(group_runs(runs)).splitlines()
-    assert lines[0] == "| method | MNIST Dir(0.1) | Cifar10 Dir(0.1) |" and len(lines) == 4   # the paper's order
+    # the paper's order; each column names the model its runs differ in from the other's
+    assert lines[0] == "| method | MNIST Dir(0.1) (-m DNN) | Cifar10 Dir(0.1) (-m CNN) |" and len(lines) == 4
     assert lines[3] == "| FedAvg | **50.00** | **30.00** |"
-    assert models_note(group_runs(runs)) == "Models: MNIST Dir(0.1): DNN; Cifar10 Dir(0.1): CNN."
+    assert models_note(group_runs(runs)) == "Models: CNN, DNN (-m in each label)."
     write_run(tmp_path, "MNIST-dir0.1", "FedAvg", 0, [0.6], goal="other")   # now a cell has two goals
     runs, _ = load_runs(find_runs([tmp_path]))
     labels = [line.split(" | ")[0][2:] for line in markdown_table(group_runs(runs)).splitlines()[2:]]
@@ -217,7 +219,8 @@ def test_the_overview_keeps_the_algorithms_of_every_dataset_when_the_grid_is_lar
     kept, note = report.overview_panels(panels, limit=4)
     assert {label: sorted(curves) for label, curves in kept.items()} == {"MNIST": ["A0", "FedAvg"],
                                                                           "Cifar10": ["A0", "FedAvg"]}
-    assert note and report.overview_panels(panels, limit=1) == ({}, "")     # still too many: none
+    assert note and report.overview_panels(panels, limit=1) == (     # still too many: none, and why
+        {}, "6 algorithms, more than 1 for one figure, and 2 of them run on every dataset")
 
 
 # ----- the statistics besides best and final (issue 16) ---------------------------------------------------
@@ -266,10 +269,15 @@ def test_report_shows_every_statistic_alike_for_runs_with_and_without_the_summar
     out = tmp_path / "rep"
     assert report.main([str(old_and_new), "-o", str(out), "--no-plots"]) == 0
     tables = sections((out / "table.md").read_text())
+    # Means over clients: FedAvg's final clients average 5.5 / 11 = 0.5, and its earlier rows 0.5, so its last 3
+    # evaluations 0.5; FedLAG's final clients 3.0 / 5 = 0.6, its last 3 evaluations (0.5 + 0.5 + 0.6) / 3.
     expected = {  # heading: (FedLAG row, FedAvg row); bold = the best of the column
         "Best accuracy (%): max over evaluations": ("**80.00**", "60.00"),
         "Final accuracy (%): last evaluation": ("**60.00**", "40.00"),
+        "Final accuracy, mean over clients (%): each client's accuracy at the last evaluation, unweighted":
+            ("**60.00**", "50.00"),
         "Mean accuracy of the last 3 evaluations (%)": ("**70.00**", "50.00"),
+        "Mean over clients of the last 3 evaluations (%): each client's accuracy, unweighted": ("**53.33**", "50.00"),
         "Worst 10% of clients at the final evaluation (%): mean accuracy of the ceil(n/10) lowest clients":
             ("**30.00**", "20.00"),
         "Std over clients of the final accuracy (percentage points; lower = more even)": ("**16.73**", "19.07"),
@@ -278,9 +286,10 @@ def test_report_shows_every_statistic_alike_for_runs_with_and_without_the_summar
     for heading, (lag, avg) in expected.items():
         assert tables[heading][2:] == [f"| FedLAG | {lag} |", f"| FedAvg | {avg} |"], heading
     rows = list(csv.reader(open(out / "table.csv")))
-    assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(0.1) last-3 mean",
+    assert rows[0] == ["method", "MNIST Dir(0.1) best", "MNIST Dir(0.1) final", "MNIST Dir(0.1) final client mean",
+                       "MNIST Dir(0.1) last-3 mean", "MNIST Dir(0.1) last-3 client mean",
                        "MNIST Dir(0.1) final worst-10%", "MNIST Dir(0.1) final client std"]
-    assert rows[2] == ["FedAvg", "60.00", "40.00", "50.00", "20.00", "19.07"]
+    assert rows[2] == ["FedAvg", "60.00", "40.00", "50.00", "50.00", "50.00", "20.00", "19.07"]
     summary = {r["algorithm"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     avg = summary["FedAvg"]
     assert avg["last_k"] == "3" and float(avg["last_k_mean"]) == pytest.approx(0.5)
@@ -310,7 +319,8 @@ def test_the_report_k_is_the_one_the_runs_agree_on():
     assert recorded_last_k(runs(3, 5)) == 10              # disagreeing: the default, named in the caption
     assert recorded_last_k(runs(None)) == 10
     assert recorded_last_k(runs(3), asked=7) == 7
-    assert varying_within(runs(3, 5)) == []               # not a setting: seeds differing in it are one cell
+    # not a setting: seeds differing in it are one cell
+    assert run_settings(runs(3)[0]) == run_settings(runs(5)[0])
 
 
 def test_a_statistic_the_runs_cannot_give_is_na_and_the_note_says_why(batch):

@@ -64,8 +64,10 @@ def test_rows_of_one_method_name_the_lag_flags_only_where_its_schedule_reads_the
     write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "a", 0, ["-gr", "20", "-mu", "0.1"])  # -mu: not FedAvg's
     write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "b", 0, ["-gr", "20", "-mu", "0.01"])
     rows, _ = layout(tmp_path)
-    assert rows == ["FedLAG (a; -gr 20)", "FedAvg (a)", "FedProx (a; -mu 0.1)",
-                    "FedLAG (b; -gr 40)", "FedAvg (b)", "FedProx (b; -mu 0.01)"]
+    # -gr differs within the column, so every row names it (FedAvg (b) beside FedLAG (b; -gr 40) would read as
+    # 40 rounds); -mu only where FedProx reads it, FedAvg's rows are one setting each.
+    assert rows == ["FedLAG (a; -gr 20)", "FedAvg (a; -gr 20)", "FedProx (a; -gr 20, -mu 0.1)",
+                    "FedLAG (b; -gr 40)", "FedAvg (b; -gr 20)", "FedProx (b; -gr 20, -mu 0.01)"]
 
     warm = tmp_path / "warmup"
     write_run(warm, "MNIST-dir0.1", "FedLAG", "a", 0, ["-gr", "20", "--lag_schedule", "warmup"])
@@ -73,15 +75,15 @@ def test_rows_of_one_method_name_the_lag_flags_only_where_its_schedule_reads_the
     assert layout(warm)[0] == ["FedLAG (a; -gr 20, --lag_warmup 10)", "FedLAG (b; -gr 40, --lag_warmup 20)"]
 
 
-def test_seeds_averaged_with_a_flag_their_algorithm_ignores_get_no_note(tmp_path):
-    import report as report_module
-    write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "g", 0, ["-mu", "0.1"])
-    write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "g", 1, ["-mu", "0.2"])
-    write_run(tmp_path, "MNIST-dir0.1", "FedProx", "g", 0, ["-mu", "0.1"])
-    write_run(tmp_path, "MNIST-dir0.1", "FedProx", "g", 1, ["-mu", "0.2"])
-    tables = report_module.tables_markdown(group_runs(load_runs(find_runs([tmp_path]))[0]))
-    assert "Averaged runs that differ in settings: FedProx on MNIST-dir0.1 (g): -mu 0.1, 0.2." in tables
-    assert "FedAvg on MNIST-dir0.1 (g)" not in tables
+def test_seeds_that_differ_in_a_flag_their_algorithm_reads_are_two_rows_and_in_one_it_ignores_one_cell(tmp_path):
+    write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "g", 0, ["-mu", "0.1"], acc=(0.4, 0.5))
+    write_run(tmp_path, "MNIST-dir0.1", "FedAvg", "g", 1, ["-mu", "0.2"], acc=(0.4, 0.7))
+    write_run(tmp_path, "MNIST-dir0.1", "FedProx", "g", 0, ["-mu", "0.1"], acc=(0.4, 0.5))
+    write_run(tmp_path, "MNIST-dir0.1", "FedProx", "g", 1, ["-mu", "0.2"], acc=(0.4, 0.7))
+    groups = group_runs(load_runs(find_runs([tmp_path]))[0])
+    # FedAvg reads no -mu: its two runs are seeds of one cell, final (0.5 + 0.7) / 2 = 60.00 ± 10.00
+    assert markdown_table(groups, "final").splitlines()[2:] == [
+        "| FedAvg | 60.00 ± 10.00 |", "| FedProx (-mu 0.1) | 50.00 |", "| FedProx (-mu 0.2) | **70.00** |"]
 
 
 # ----- which runs a report takes ----------------------------------------------------------------------------
