@@ -12,11 +12,13 @@ from typing import FrozenSet, Mapping
 
 from flcore.algorithm_flags import SOURCE, AlgorithmFlags
 from flcore.lag.flagfields import FLAG, flag_fields
-from flcore.lag.settings import LagSettings, unused_by_schedule
+from flcore.lag.settings import SCHEDULE_ONLY_FLAGS, LagSettings, unused_by_schedule
 from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base
 
 SHARED_HYPERPARAMETERS = frozenset(spec.dest for _, spec in flag_fields(AlgorithmFlags))
 LAG_FLAGS = frozenset(spec.dest for _, spec in flag_fields(LagSettings))
+# Each shared hyper-parameter's short flag (``-mu``), by its dest, for messages.
+_SHARED_FLAG_NAMES = {spec.dest: spec.names[0] for _, spec in flag_fields(AlgorithmFlags)}
 
 
 def reads_lag_flags(algorithm: str) -> bool:
@@ -50,3 +52,17 @@ def unused_flags(algorithm: str, config: Mapping[str, object]) -> FrozenSet[str]
     else:
         unused |= LAG_FLAGS
     return frozenset(unused & set(config))
+
+
+def unused_reason(algorithm: str, dest: str, config: Mapping[str, object]) -> str:
+    """Why flag ``dest``, one of :func:`unused_flags` ``(algorithm, config)``, changes nothing, in a few words
+    (for a line that names the flag and the algorithm)."""
+    if dest in LAG_FLAGS and not reads_lag_flags(algorithm):
+        return f"the --lag_* flags are read by FedLAG and X{LAG_SUFFIX} only"
+    if dest in LAG_FLAGS:
+        readers = " or ".join(s for s, dests in SCHEDULE_ONLY_FLAGS.items() if dest in dests)
+        return f"only --lag_schedule {readers} reads it, and this run's is {config.get('lag_schedule')}"
+    read = sorted(_SHARED_FLAG_NAMES[d] for d in shared_flags_read(algorithm))
+    if not read:
+        return f"{lag_base(algorithm)} reads none of the shared hyper-parameter flags"
+    return f"of the shared hyper-parameter flags {lag_base(algorithm)} reads {', '.join(read)}"

@@ -6,18 +6,20 @@ import signal
 import sys
 from typing import Optional, Sequence
 
+from grid.checks import check_batch
 from grid.command_line import parse_command_line
-from grid.passed_flags import check_passed_flags
-from grid.plan import plan_runs
-from grid.session import run_batch
+from grid.session import run_batch, show_refused
 from grid.settings import Settings, resolve_settings
 from grid.usage import PROGRAM, USAGE, UsageError
 
 
 def settings_from_flags(argv: Sequence[str]) -> Settings:
-    """The settings ``run_all.sh <argv>`` would run with (``-h`` has no settings: see :func:`main`)."""
+    """The settings ``run_all.sh <argv>`` would run with (``-h`` has no settings: see :func:`main`); raises
+    :class:`UsageError` listing every problem of the batch."""
     settings = resolve_settings(parse_command_line(argv))
-    check_passed_flags(settings)
+    checked = check_batch(settings)
+    if checked.problems:
+        raise checked.error()
     return settings
 
 
@@ -29,8 +31,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stdout.write(USAGE)
             return 0
         settings = resolve_settings(line)
-        check_passed_flags(settings)
-        return run_batch(settings, plan_runs(settings)).exit_code
+        checked = check_batch(settings)  # the whole grid, before anything starts
+        if checked.problems:
+            if settings.dry_run:
+                show_refused(checked)
+            raise checked.error()
+        return run_batch(settings, checked.plan).exit_code
     except UsageError as err:
         print(f"{PROGRAM}: {err}", file=sys.stderr)
         return 2

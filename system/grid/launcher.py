@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO, Tuple, Union
 
@@ -101,6 +101,8 @@ def execute(settings: Settings, plan: Plan, states: List[str], unbuilt: Dict[str
                 break
             note = "" if states[i] == "missing" else f" (existing file {states[i]}: rerun)"
             say(f"{PROGRESS} start  {run.name}{note}")
+            if states[i] == "stale":  # the batch asks for these flags: main.py keeps such a file unless told
+                run = replace(run, main_flags=(*run.main_flags, "--overwrite"))
             pool.start(i, run, output)
         pool.wait_for_all()
     execution.outcomes.update(pool.exit_codes)

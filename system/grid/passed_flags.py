@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from grid.settings import Settings
-from grid.usage import UsageError
 from grid.values import words
 
 # main.py's flags the batch sets in every run (by their dest), and the batch flag that sets each.
@@ -30,21 +29,18 @@ def passed_flags(settings: Settings) -> List[Tuple[str, List[str]]]:
     return [(where, flags) for where, flags in places if flags]
 
 
-def check_passed_flags(settings: Settings) -> None:
-    """Raise :class:`UsageError` naming the first flag passed on that main.py cannot read, or that sets
-    one of :data:`BATCH_OWNED`, with the batch flag to use instead."""
-    try:
-        from app.options import flags_given  # main.py's own parser (torch): only once the cheap checks passed
-    except ImportError:
-        return  # an interpreter without the project's packages: reading the results says so next
+def passed_flag_problems(settings: Settings) -> List[str]:
+    """A problem for each list of flags passed on that main.py cannot read, and for each flag that sets one of
+    :data:`BATCH_OWNED`, naming the batch flag to use instead."""
+    from app.options import flags_given  # main.py's own parser (torch): --help and the cheap checks need none
+    problems = []
     for where, flags in passed_flags(settings):
         try:
             given = flags_given(flags)
         except ValueError as err:
-            raise UsageError(f"main.py cannot read the flags {where} ({err})") from None
-        owned = [dest for dest in given if dest in BATCH_OWNED]
-        if owned:
-            dest = owned[0]
-            raise UsageError(f"{given[dest]} {where} would override what the batch sets in every run, which would "
-                             f"then write its results elsewhere, or under other flags, than the batch looks for; "
-                             f"use run_all.sh's {BATCH_OWNED[dest]} instead")
+            problems.append(f"main.py cannot read the flags {where} ({err})")
+            continue
+        problems += [f"{given[dest]} {where} would override what the batch sets in every run, which would then "
+                     f"write its results elsewhere, or under other flags, than the batch looks for; use "
+                     f"run_all.sh's {BATCH_OWNED[dest]} instead" for dest in given if dest in BATCH_OWNED]
+    return problems

@@ -14,6 +14,12 @@ class Run:
     data: str              # the dataset folder
     main_flags: Tuple[str, ...]
     result_file: str
+    # The grid values it is made of, by which grid.checks refuses it.
+    algorithm: str = ""
+    dataset: str = ""
+    partition: str = ""
+    model: str = ""
+    seed: int = 0
 
     @property
     def log_name(self) -> str:
@@ -43,15 +49,23 @@ def plan_runs(settings: Settings) -> Plan:
                 plan.folders.setdefault(data, None if partition == "-" else (dataset, partition))
                 for model in settings.models:
                     for algorithm in settings.algorithms:
-                        goal = f"{settings.goal}-{model}"
+                        goal = model_goal(settings, model)
                         name = f"{data}_{algorithm}_{goal}_{seed}"
                         if name in planned:  # one result file, one run: never start the same run twice
                             continue
                         planned.add(name)
                         plan.runs.append(Run(name=name, data=data, result_file=f"{settings.results_dir}/{name}.h5",
                                              main_flags=tuple(main_flags(settings, algorithm, data, model, goal,
-                                                                         seed))))
+                                                                         seed)),
+                                             algorithm=algorithm, dataset=dataset, partition=partition,
+                                             model=model, seed=seed))
     return plan
+
+
+def model_goal(settings: Settings, model: str) -> str:
+    """The ``-go`` of a run of ``model``: the batch's goal and the model, so that a report can take each model
+    apart."""
+    return f"{settings.goal}-{model}"
 
 
 def main_flags(settings: Settings, algorithm: str, data: str, model: str, goal: str, seed: int) -> List[str]:

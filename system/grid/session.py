@@ -10,6 +10,9 @@ from typing import Dict, List
 from utils.paths import REPO_ROOT
 from utils.rounds import rounds_run
 
+from dataset.utils.one_line import shortened
+
+from grid.checks import Checked
 from grid.console import say, warn
 from grid.datasets import build_datasets
 from grid.launcher import execute, run_environment
@@ -47,6 +50,15 @@ def run_batch(settings: Settings, plan: Plan) -> BatchResult:
     if settings.report and summary.done + summary.skipped > 0:
         make_report(settings, env)
     return BatchResult(exit_code=summary.exit_code, interrupted=summary.interrupted, summary_lines=lines)
+
+
+def show_refused(checked: Checked) -> None:
+    """The dry run of a refused batch: each run, and the problem of its own that refuses it (the list of
+    every problem follows, on stderr)."""
+    for i, run in enumerate(checked.plan.runs):
+        action = f"refused: {shortened(checked.refused[i], 100)}" if i in checked.refused else \
+            "not started: the batch is refused"
+        say(f"{run.name:<60} {action}\n    python system/main.py {' '.join(run.main_flags)}")
 
 
 def announce(settings: Settings, plan: Plan) -> None:

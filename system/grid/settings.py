@@ -1,16 +1,17 @@
-"""The settings of one batch: built-in defaults < grid file < flags, each checked before anything runs."""
+"""The settings of one batch: built-in defaults < grid file < flags, each value checked before anything runs."""
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from utils.paths import REPO_ROOT, check_name
 
 from grid.command_line import CommandLine
 from grid.grid_file import GridFile, read_grid_file
-from grid.partitions import generator_flags
+from grid.partitions import DEFAULT_CLIENTS
+from grid.seeds import seed_count, seed_list, seed_range_problem, seed_spans
 from grid.usage import UsageError
 from grid.values import list_items, words
 
@@ -21,6 +22,11 @@ DEFAULTS = {"algorithms": "FedAvg FedLAG", "datasets": "Digits", "partitions": "
 LISTS = ("algorithms", "datasets", "partitions", "models", "seeds")
 # The lists whose values become parts of file names, by what one value is called in messages.
 NAMED = (("algorithms", "algorithm"), ("datasets", "dataset"), ("models", "model"))
+# Whole numbers as a grid writes them: -r; -j, -c, --timeout and --checkpoint.
+WHOLE, POSITIVE = re.compile(r"[0-9]+"), re.compile(r"[1-9][0-9]*")
+# The most runs one batch plans: far beyond any benchmark (the paper's Table 1 is a few hundred), and a
+# bound on the lists, logs and result files that a slip such as -s 0-99999999 would make.
+MAX_RUNS = 100_000
 
 
 @dataclass
@@ -47,6 +53,8 @@ class Settings:
     checkpoint: Optional[str]
     report: bool
     dry_run: bool
+    # What is wrong with the values, every problem found (grid.checks adds main.py's): none may run.
+    problems: List[str] = field(default_factory=list)
 
     @property
     def logs_dir(self) -> str:
@@ -58,7 +66,9 @@ class Settings:
 
 
 def resolve_settings(line: CommandLine) -> Settings:
-    """Merge the flags with their grid file and the defaults; raises :class:`UsageError` on a bad value."""
+    """Merge the flags with their grid file and the defaults. Raises :class:`UsageError` only for a grid
+    file that cannot be read; every bad value is listed in ``problems`` (and :mod:`grid.checks` adds what
+    needs main.py's own checks), so that one invocation names them all."""
     grid_path = line.grid
     if grid_path is None and os.path.isfile(DEFAULT_GRID):
         grid_path = DEFAULT_GRID
@@ -73,72 +83,78 @@ def resolve_settings(line: CommandLine) -> Settings:
 
     grid_name = os.path.basename(grid_path or "batch")
     goal = setting("goal", grid_name.rsplit(".", 1)[0] if "." in grid_name else grid_name)
-    seeds = seed_list(setting("seeds"))
+    jobs = setting("jobs") if line.jobs is None else line.jobs
     settings = Settings(
         algorithms=unique(list_items(setting("algorithms"))), datasets=unique(list_items(setting("datasets"))),
         partitions=unique(list_items(setting("partitions"))), models=unique(list_items(setting("models"))),
-        seeds=unique(seeds), rounds=setting("rounds"), clients=setting("clients"),
+        seeds=[], rounds=setting("rounds"), clients=setting("clients"),
         join_ratio=setting("join_ratio"), device=setting("device"), goal=goal,
-        jobs=checked_jobs(line.jobs or setting("jobs")), sources=line.sources + grid.sources,
+        jobs=int(jobs) if POSITIVE.fullmatch(jobs) else 1, sources=line.sources + grid.sources,
         grid_flags=grid.main_flags, algorithm_flags=grid.algorithm_flags, main_flags=line.main_flags,
         data_dir=line.data_dir, results_dir=line.results_dir, timeout=line.timeout,
         checkpoint=line.checkpoint, report=line.report, dry_run=line.dry_run)
-    check(settings)
+    if not POSITIVE.fullmatch(jobs):
+        settings.problems.append(f"-j/--jobs must be a positive integer, got '{jobs}'")
+    settings.problems += value_problems(settings)
+    settings.seeds, seed_problems = read_seeds(setting("seeds"), settings)
+    settings.problems += seed_problems
     return settings
 
 
-def seed_list(text: str) -> List[int]:
-    """"0 1 2", "0-4" or both; 007 and 7 are one seed."""
-    seeds: List[int] = []
-    for token in list_items(text):
-        span = re.fullmatch(r"([0-9]+)-([0-9]+)", token)
-        if span:
-            seeds += range(int(span.group(1)), int(span.group(2)) + 1)
-        elif re.fullmatch(r"[0-9]+", token):
-            seeds.append(int(token))
-        else:
-            raise UsageError(f"seed '{token}' is not a number or a range like 0-4")
-    return seeds
-
-
 def unique(items: list) -> list:
-    """Each item once, in the order of first appearance: a value listed twice (or a seed in two ranges)
-    would run the same run twice, concurrently with -j."""
+    """Each item once, in the order of first appearance: a value listed twice would run the same run twice,
+    concurrently with -j."""
     return list(dict.fromkeys(items))
 
 
-def checked_jobs(text: str) -> int:
-    if not re.fullmatch(r"[1-9][0-9]*", text):
-        raise UsageError(f"-j/--jobs must be a positive integer, got '{text}'")
-    return int(text)
+def read_seeds(text: str, settings: Settings) -> Tuple[List[int], List[str]]:
+    """(the seeds of ``text``, its problems); no list when the runs would be too many to plan."""
+    spans, problems = seed_spans(text)
+    count = seed_count(spans)
+    problems += [problem for problem in [seed_range_problem(spans)] if problem]
+    if count == 0 and not problems:
+        problems.append("the grid has no seeds")
+    if run_count(settings, count) > MAX_RUNS:
+        return [], problems + [runs_problem(settings, count)]
+    return seed_list(spans), problems
 
 
-def check(settings: Settings) -> None:
-    """Every value checked in one fixed order (rounds, clients, timeout, checkpoint, goal, lists, names,
-    partitions); the first failing check is the one reported."""
-    if not re.fullmatch(r"[0-9]+", settings.rounds):
-        raise UsageError(f"rounds must be a non-negative integer, got '{settings.rounds}'")
-    if not re.fullmatch(r"[1-9][0-9]*", settings.clients):
-        raise UsageError(f"clients must be a positive integer, got '{settings.clients}'")
-    if settings.timeout is not None and not re.fullmatch(r"[1-9][0-9]*", settings.timeout):
-        raise UsageError("--timeout must be a whole number of seconds")
-    if settings.checkpoint is not None and not re.fullmatch(r"[1-9][0-9]*", settings.checkpoint):
-        raise UsageError("--checkpoint must be a positive number of rounds")
-    if "_" in settings.goal or "/" in settings.goal:
-        raise UsageError(f"goal '{settings.goal}' may not contain '_' or '/' (it is part of file names)")
-    check_name(settings.goal, "goal", UsageError)
-    for name in LISTS:
-        if not getattr(settings, name):
-            raise UsageError(f"the grid has no {name}")
-    # Parts of the runs' file names (logs, results, dataset folders): main.py's rule, applied before any
-    # file is opened, so that a name can neither reach outside its folder nor truncate a file there.
-    for name, kind in NAMED:
-        for value in getattr(settings, name):
-            check_name(value, kind, UsageError)
-    for partition in settings.partitions:
-        if partition != "-" and generator_flags(partition) is None:
-            raise UsageError(f"unknown partition '{partition}' (dir<alpha>, exdir<alpha>, pat<k>, iid or -; "
-                             f"then optionally -lg<G> and -rot<G> or -cor<G>)")
+def run_count(settings: Settings, seeds: int) -> int:
+    """How many runs the lists make, at most (before equal run names are merged)."""
+    return (len(settings.algorithms) * len(settings.datasets) * len(settings.partitions) * len(settings.models)
+            * seeds)
+
+
+def runs_problem(settings: Settings, seeds: int) -> str:
+    sizes = [(len(getattr(settings, key)), key) for key in LISTS if key != "seeds"] + [(seeds, "seeds")]
+    listed = " x ".join(f"{count:,} {key if count != 1 else key[:-1]}" for count, key in sizes)
+    return (f"the grid makes {run_count(settings, seeds):,} runs ({listed}), more than the "
+            f"{MAX_RUNS:,} one batch may hold; list fewer seeds (e.g. -s 0-4) or values")
+
+
+def value_problems(settings: Settings) -> List[str]:
+    """The numbers, the goal and the lists, in that order (each value of a list is :mod:`grid.checks`'s)."""
+    problems = []
+    if not WHOLE.fullmatch(settings.rounds):
+        problems.append(f"rounds must be a non-negative integer, got '{settings.rounds}'")
+    if not POSITIVE.fullmatch(settings.clients):
+        problems.append(f"clients must be a positive integer, got '{settings.clients}'")
+    if settings.timeout is not None and not POSITIVE.fullmatch(settings.timeout):
+        problems.append("--timeout must be a whole number of seconds")
+    if settings.checkpoint is not None and not POSITIVE.fullmatch(settings.checkpoint):
+        problems.append("--checkpoint must be a positive number of rounds")
+    try:
+        if "_" in settings.goal or "/" in settings.goal:
+            raise UsageError(f"goal '{settings.goal}' may not contain '_' or '/' (it is part of file names)")
+        check_name(settings.goal, "goal", UsageError)
+    except UsageError as err:
+        problems.append(str(err))
+    return problems + [f"the grid has no {name}" for name in LISTS if name != "seeds" and not getattr(settings, name)]
+
+
+def checked_clients(settings: Settings) -> str:
+    """``-c``, or where that is refused (and said so) the default: what the checks of other values assume."""
+    return settings.clients if POSITIVE.fullmatch(settings.clients) else DEFAULT_CLIENTS
 
 
 def algorithm_flags(settings: Settings, algorithm: str) -> List[str]:

@@ -18,7 +18,7 @@ Grid (a --grid file sets defaults; these flags override it):
   -p, --partitions LIST  dir<alpha> exdir<alpha> pat<classes> iid, or - (use folder D as it is),
                          each optionally shifted: -lg<G> (labels), -rot<G> or -cor<G> (images),
                          e.g. iid-lg4 dir0.1-rot4; folder D-P, or D-P-nc<N> when -c N is not 20
-  -s, --seeds LIST       e.g. "0 1 2" or 0-4
+  -s, --seeds LIST       e.g. "0 1 2" or 0-4 (0..4294967295: seed s seeds its run with s)
   -m, --models LIST      e.g. "CNN DNN"
   -r, --rounds N         -gr of every run
   -c, --clients N        -nc of every run, and --num-clients of generated datasets
@@ -34,14 +34,15 @@ Batch:
       --checkpoint N     checkpoint every N rounds and resume from it (--checkpoint_every N --resume),
                          so an interrupted batch also resumes runs mid-way
       --report           afterwards, system/report.py on this goal's results -> <results_dir>/report/<goal>/
-      --dry-run          print the runs and what would happen to each, run nothing
+      --dry-run          print the runs and what would happen to each (or what refuses it), run nothing
   -h, --help
 
 Grid file: one "key: values" per line, '#' starts a comment. Keys: algorithms, datasets, partitions,
 seeds, models (lists), rounds, clients, join_ratio, goal, device, jobs (one value), source (D=FILE,
 repeatable), args (main.py flags for every run), args.<ALGO> (flags for ALGO and ALGO+LAG only).
 Relative paths in a grid are relative to the repository root; on the command line, to the current
-directory.
+directory. The whole grid is checked before the first run (names, seeds, partitions, and each run's
+main.py flags as main.py checks them); a grid with problems is refused, every problem listed.
 """
 
 

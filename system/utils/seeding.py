@@ -6,6 +6,11 @@ import random
 import numpy as np
 import torch
 
+# The largest seed a run may use. NumPy's legacy seeding (np.random.seed) takes 0 .. 2**32 - 1 and torch's
+# takes less than 2**64; within this range Python, NumPy and torch all take the seed as it is, so no two
+# seeds share a stream (the ``% 2**32`` below never folds one onto another) and none overflows.
+MAX_SEED = 2**32 - 1
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA) global generators."""

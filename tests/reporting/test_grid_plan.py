@@ -40,7 +40,8 @@ def test_the_word_after_a_flag_is_its_value_and_help_stops_reading():
 
 @pytest.mark.parametrize("flags,message", [
     (["-s", "1-x"], "seed '1-x' is not a number or a range like 0-4"),
-    (["-s", "5-3"], "the grid has no seeds"),
+    (["-s", "5-3"], "seed range '5-3' runs backwards (write 3-5)"),
+    (["-s", ","], "the grid has no seeds"),
     (["-p", "dirx"], "unknown partition 'dirx'"),
     (["--goal", "a_b"], "goal 'a_b' may not contain '_' or '/'"),
     (["-j", "0"], "-j/--jobs must be a positive integer, got '0'"),
@@ -52,7 +53,7 @@ def test_bad_values_are_refused_before_anything_runs(flags, message, capsys):
 
 
 def test_summary_counts_each_outcome_and_sets_the_exit_status(tmp_path):
-    settings = settings_from_flags(["-a", "A B C D E F", "-d", "Digits", "-p", "dir0.1", "-s", "0", "-m", "DNN",
+    settings = settings_from_flags(["-a", "FedAvg Local FedPer FedRep FedProx Ditto", "-d", "Digits", "-p", "dir0.1", "-s", "0", "-m", "DNN",
                                     "-c", "20", "--timeout", "9", "--results_dir", str(tmp_path)])
     plan = plan_runs(settings)
     (tmp_path / "logs").mkdir()

@@ -92,7 +92,7 @@ def test_any_user_error_is_one_line_and_anything_else_keeps_its_traceback(monkey
         pass
 
     def fail_with(error):
-        def run(args):
+        def run(*args):
             raise error
         return run
     monkeypatch.setattr(main, "run", fail_with(NewKindOfMistake("-x must be positive")))
