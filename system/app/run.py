@@ -24,6 +24,7 @@ import torch
 
 from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
+from app.stop_signals import exit_status, signal_of, stop_signals_deferred, stop_signals_raise
 from flcore.clients.clientbase import DivergenceError
 from flcore.clients.state_store import StoreError
 from flcore.executors.ray_cluster import RayExecutor
@@ -62,6 +63,15 @@ def make_executor(server, config: RunConfig):
 
 class WriteFailed(RunError):
     """A file of the run could not be written; the message names it, where, and why."""
+
+
+class RunInterrupted(RunError):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) ended the run after its rounds so far were saved;
+    ``status`` is what the process exits with, as a shell reports a process that signal ended."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
 def written(what: str, where: Path, write, *args, **kwargs):
@@ -125,7 +135,8 @@ class FederatedRun(Checkpoints):
 
         Before the first round the results name is locked (a second live run with the same name is
         refused) and the checkpoint folder is tried, so an unwritable location stops the run at once.
-        A run that ``--resume`` found complete already is left as it is.
+        A run that ``--resume`` found complete already is left as it is. A stop signal during the rounds
+        ends the run with :class:`RunInterrupted`, its rounds so far saved.
         """
         if self.already_complete:
             return
@@ -136,8 +147,9 @@ class FederatedRun(Checkpoints):
             raise WriteFailed(f"--results_dir: cannot write the run's lock {lock} ({err.strerror or err}); free space "
                               f"there or choose a writable folder") from None
         try:
-            self.check_outputs()
-            self.run_rounds()
+            with stop_signals_raise():  # SIGTERM and SIGHUP stop the loop as Ctrl-C does, keeping the rounds
+                self.check_outputs()
+                self.run_rounds()
         finally:
             lock.release()
 
@@ -207,6 +219,11 @@ class FederatedRun(Checkpoints):
             raise self.stopped(str(err)) from None
         except StoreError as err:  # a client's spilled state could not be written or read back
             raise self.stopped(str(err), resumable=err.resumable) from None
+        except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM/SIGHUP (app.stop_signals)
+            with stop_signals_deferred():  # a second Ctrl-C must not abandon the file being written
+                stop = self.stopped(f"stopped by {signal_of(interrupt).name}", resumable=True,
+                                    resume_advice="rerun with --resume to continue")
+            raise RunInterrupted(str(stop), exit_status(interrupt)) from None
         finally:
             server.state_store.close(keep_checkpointed=True)  # the rest goes with the checkpoints
             reporter.close()
@@ -217,7 +234,8 @@ class FederatedRun(Checkpoints):
                     pass
             server.executor.close()
             server.executor = SequentialExecutor()
-        path = self.save_results(complete=True)
+        with stop_signals_deferred():  # the rounds are over: a stop now must not abandon their file
+            path = self.save_results(complete=True)
         if self.results_fallback:
             intended, reason = self.results_fallback
             kept = " (the checkpoints are kept)" if has_checkpoints(self.checkpoint_folder()) else ""
@@ -227,10 +245,12 @@ class FederatedRun(Checkpoints):
         if self.csv_problem:
             raise RunError(f"cannot write {self.csv_problem}; the complete results are in {display_path(path)}")
 
-    def stopped(self, reason: str, resumable: bool = False) -> RunError:
+    def stopped(self, reason: str, resumable: bool = False,
+                resume_advice: str = "free space and rerun with --resume") -> RunError:
         """The one line that ends a run stopped before its end by ``reason``, once its results so far are
-        saved (in the results file, or where the fallback put them). ``resumable``: the checkpoints taken
-        before the stop are kept, and the line says so and how to continue."""
+        saved (in the results file, or where the fallback put them, marked incomplete). ``resumable``: the
+        checkpoints taken before the stop are kept, and the line says so and how to continue
+        (``resume_advice``)."""
         path = self.save_results()
         folder = self.checkpoint_folder()
         kept = ""
@@ -240,8 +260,7 @@ class FederatedRun(Checkpoints):
             except OSError:
                 pass
         elif resumable:
-            kept = (f"; the checkpoints before it are kept in {display_path(folder)}: free space and rerun with "
-                    f"--resume")
+            kept = f"; the checkpoints before it are kept in {display_path(folder)}: {resume_advice}"
         instead = ""
         if self.results_fallback:
             intended, why = self.results_fallback
