@@ -11,6 +11,7 @@ from app.config import RunConfig
 from app.memory import memory_problem, state_budget
 from app.options import check_model_name
 from app.run import FederatedRun, run_results_file
+from app.run_status import replacement_note
 from app.threads import run_threads
 from dataset.utils.client_files import TOKEN_INPUTS
 from flcore.algorithm_flags import Hyperparameters
@@ -137,7 +138,11 @@ def build_server(config: RunConfig, run: int = 0):
 
 def build_run(config: RunConfig, run: int = 0) -> FederatedRun:
     """:func:`build_server`, driven by a :class:`FederatedRun`, resumed from its newest checkpoint with
-    ``--resume``."""
+    ``--resume``. A complete run of other flags under the same results name is kept (refused here, before
+    any data is read) unless ``--overwrite``; any other file it replaces is named in a note."""
+    note = replacement_note(run_results_file(config, run), config.for_run(run))
+    if note:
+        print(f"note: {note}")
     federated_run = FederatedRun(build_server(config, run))
     if config.resume:
         note = federated_run.resume()

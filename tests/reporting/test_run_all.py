@@ -17,15 +17,17 @@ def run_all(cwd, *args):
 
 def test_runs_builds_data_reports_a_failure_then_skips_what_is_complete(tmp_path):
     data, results = tmp_path / "data", tmp_path / "results"
-    grid = ["-d", "Digits", "-p", "dir1.0", "-s", "0", "-m", "DNN", "-r", "1", "-c", "6", "--goal", "t",
+    grid = ["-d", "Digits", "-p", "dir1.0", "-s", "0", "-a", "FedAvg", "-r", "1", "-c", "6", "--goal", "t",
             "--data_dir", "data", "--results_dir", "results"]   # relative to the working directory
-    first = run_all(tmp_path, *grid, "-a", "FedAvg,NoSuchAlgo", "-j", "2", "--", "-dev", "cpu", "-lr", "0.05")
+    # LeNet needs 12x12 images: only the data says so, so its run starts and fails; the other one runs on.
+    first = run_all(tmp_path, *grid, "-m", "DNN,LeNet", "-j", "2", "--", "-dev", "cpu", "-lr", "0.05")
     out = first.stdout
     assert first.returncode == 1, out + first.stderr
     assert "2 runs: 1 done, 0 skipped (complete), 1 failed" in out
-    assert "FAILED Digits-dir1.0-nc6_NoSuchAlgo_t-DNN_0 (exit 2): error: unknown algorithm 'NoSuchAlgo'" in out
-    log = results / "logs" / "Digits-dir1.0-nc6_NoSuchAlgo_t-DNN_0.log"
-    assert f"log: {log}" in out and "unknown algorithm" in log.read_text()
+    assert ("FAILED Digits-dir1.0-nc6_FedAvg_t-LeNet_0 (exit 2): error: model LeNet needs inputs of at least "
+            "1x12x12, got 1x8x8") in out
+    log = results / "logs" / "Digits-dir1.0-nc6_FedAvg_t-LeNet_0.log"
+    assert f"log: {log}" in out and "needs inputs of at least" in log.read_text()
     assert "round 1/1" in (results / "logs" / "Digits-dir1.0-nc6_FedAvg_t-DNN_0.log").read_text()
     config = (data / "Digits-dir1.0-nc6" / "config.json").read_text()   # built by the generator
     assert '"alpha": 1.0' in config and '"num_clients": 6' in config
@@ -34,14 +36,22 @@ def test_runs_builds_data_reports_a_failure_then_skips_what_is_complete(tmp_path
         assert bool(f.attrs["complete"]) and '"num_clients": 6' in f.attrs["config"]
     stamp = done.stat().st_mtime_ns
 
-    second = run_all(tmp_path, *grid, "-a", "FedAvg", "--", "-dev", "cpu", "-lr", "0.05")
+    second = run_all(tmp_path, *grid, "-m", "DNN", "--", "-dev", "cpu", "-lr", "0.05")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "1 runs: 0 done, 1 skipped (complete), 0 failed" in second.stdout
     assert done.stat().st_mtime_ns == stamp
 
     # Other flags than the finished run's: not skipped (shown without running anything).
-    plan = run_all(tmp_path, *grid, "-a", "FedAvg", "--dry-run", "--", "-dev", "cpu", "-lr", "0.1")
+    plan = run_all(tmp_path, *grid, "-m", "DNN", "--dry-run", "--", "-dev", "cpu", "-lr", "0.1")
     assert plan.returncode == 0 and "run (existing file made with other flags)" in plan.stdout
+    # Run, the batch replaces it (main.py alone keeps a complete run of other flags), and its log says so.
+    third = run_all(tmp_path, *grid, "-m", "DNN", "--", "-dev", "cpu", "-lr", "0.1")
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "(existing file stale: rerun)" in third.stdout
+    with h5py.File(done, "r") as f:
+        assert '"local_learning_rate": 0.1' in f.attrs["config"]
+    log = (results / "logs" / "Digits-dir1.0-nc6_FedAvg_t-DNN_0.log").read_text()
+    assert "note: replacing" in log and "(-lr 0.05 there, 0.1 here)" in log
 
 
 def test_grid_file_sets_the_runs_and_flags_override_it(tmp_path):

@@ -39,8 +39,11 @@ def test_resume_on_a_complete_run_says_so_and_runs_nothing(data_dir, tmp_path, c
     assert f"best accuracy {before['rs_test_acc'].max():.4f} | final {before['rs_test_acc'][-1]:.4f}" in out
     assert h5.stat().st_mtime_ns == stamp
 
-    capsys.readouterr()  # another run's flags (more rounds): not complete, so it runs from round 0
-    assert main.main(cli(data_dir, tmp_path, "-gr", "2", "--checkpoint_every", "1", "--resume")) == 0
+    capsys.readouterr()  # another run's flags (more rounds): not complete, so it runs from round 0 ...
+    longer = cli(data_dir, tmp_path, "-gr", "2", "--checkpoint_every", "1", "--resume")
+    assert main.main(longer) == 2  # ... once allowed to replace the complete -gr 1 run
+    assert "holds a complete run made with other flags (-gr 1 there, 2 here)" in capsys.readouterr().err
+    assert main.main(longer + ["--overwrite"]) == 0
     out = capsys.readouterr().out
     assert "no checkpoint to resume from; starting from round 0" in out and "round 2/2" in out
 

@@ -75,8 +75,9 @@ def test_checkpoint_key_ignores_execution_flags_only(data_dir, tmp_path):
 
 @pytest.mark.crossprocess
 def test_another_run_with_the_same_name_keeps_a_killed_runs_checkpoints(data_dir, tmp_path, capsys):
-    """kill -9 after round 2 of -gr 12, then a complete -gr 2 run under the same name, then --resume:
-    the resume continues the killed run (and takes over the lock file it left behind)."""
+    """kill -9 after round 2 of -gr 12, then a complete -gr 2 run under the same name, then --resume: the
+    resume continues the killed run (and takes over the lock file it left behind) once --overwrite allows
+    it to replace the -gr 2 run."""
     results = tmp_path / "r"
     flags = ("-gr", "12", "-jr", "0.5", "--checkpoint_every", "1", "-go", "ck")
     long_run = cli(data_dir, results, *flags)
@@ -88,7 +89,10 @@ def test_another_run_with_the_same_name_keeps_a_killed_runs_checkpoints(data_dir
 
     code, _, err = run_main(cli(data_dir, results, "-gr", "2", "-jr", "0.5", "-go", "ck"), capsys)
     assert code == 0, err
-    code, out, err = run_main(long_run + ["--resume"], capsys)
+    # Continuing would replace that complete -gr 2 run: refused until asked for.
+    code, _, err = run_main(long_run + ["--resume"], capsys)
+    assert code == 2 and "holds a complete run made with other flags (-gr 2 there, 12 here)" in err, err
+    code, out, err = run_main(long_run + ["--resume", "--overwrite"], capsys)
     assert code == 0, err
     assert "resumed after round" in out and "starting from round 0" not in out
     got, attrs = read_results(result_path(results, "Toy", "FedAvg", "ck", 0))
@@ -184,11 +188,14 @@ def test_a_run_stopped_by_auto_break_and_killed_in_finish_resumes_without_an_ext
     expected, _ = read_results(results_file(reference))
     assert len(expected["rs_test_acc"]) < 13  # -ab did stop the run early
 
+    class Killed(BaseException):
+        """Stands for kill -9: nothing catches it, so nothing after the last checkpoint survives."""
+
     class KilledInFinish(server_class):
         def finish(self):
-            raise KeyboardInterrupt  # nothing after the last checkpoint survives, as with kill -9
+            raise Killed
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Killed):
         train(server_of_class(KilledInFinish, data_dir, tmp_path / "r", *flags, head_split=spec.head_split))
     resumed = server_for(data_dir, tmp_path / "r", *flags, "--resume")
     assert run_of(resumed).loop_done
