@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 import pfl_lag_bench  # noqa: F401 - puts the checkout's packages on sys.path
@@ -11,13 +12,29 @@ COMMANDS = {"run": "system/main.py: one federated run (PFLlib's flags)",
             "grid": "run_all.sh: a grid of runs (algorithms x datasets x partitions x seeds)"}
 
 
+HELP = ("-h", "--help")
+
+
+def program_name(invoked_as: str) -> str:
+    """How the user called us: ``pfl-lag-bench`` (the installed command) or ``python -m pfl_lag_bench``."""
+    return "pfl-lag-bench" if Path(invoked_as).name == "pfl-lag-bench" else "python -m pfl_lag_bench"
+
+
+def usage(program: str) -> str:
+    listing = "\n".join(f"  {name:7s} {what}" for name, what in COMMANDS.items())
+    return (f"usage: {program} {{{','.join(COMMANDS)}}} [flags]\n{listing}\n"
+            f"{program} COMMAND --help lists that command's flags")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in COMMANDS:
-        listing = "\n".join(f"  {name:7s} {what}" for name, what in COMMANDS.items())
-        print(f"usage: python -m pfl_lag_bench {{{','.join(COMMANDS)}}} [flags]\n{listing}",
-              file=sys.stderr if argv else sys.stdout)
-        return 2 if argv else 0
+    program = program_name(sys.argv[0])
+    if not argv or argv[0] in HELP:  # asked for: the usage is the answer, on stdout
+        print(usage(program))
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"{usage(program)}\nerror: unknown command {argv[0]!r}", file=sys.stderr)
+        return 2
     command, rest = argv[0], argv[1:]
     if command == "run":
         from main import main as run_main

@@ -11,6 +11,7 @@ algorithm reads through its own dataclass) and FedLAG's (:class:`~flcore.lag.set
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -22,9 +23,19 @@ from flcore.lag.settings import LagSettings
 from flcore.registry import hyperparameters_of
 from utils.accuracy_summary import DEFAULT_LAST_K
 from utils.paths import DATASET_DIR
+from utils.seeding import MAX_SEED
 from utils.sizes import size_flag
 
 EXECUTORS = ("sequential", "ray", "batched")
+
+
+def memory_budget(text: str) -> str:
+    """``--state_memory``'s type: a size or ``auto`` (:func:`~utils.sizes.size_flag`), with a negative budget
+    (``-5G``) named as such rather than as "not a size"."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} is a negative memory budget; give a positive size, e.g. 512M, "
+                                         f"2G or 1.5GiB, or auto")
+    return size_flag(text)
 
 
 # The lists in these help texts are computed when --help is built (the model zoo imports torch).
@@ -89,7 +100,7 @@ class RunConfig:
     eval_clients: int = flag("--eval_clients", default=0, minimum=0, help=(
         "evaluate a fixed sample of this many clients, drawn once from --seed (the same clients at every "
         "evaluation, listed in the .h5 as rs_eval_clients) instead of every client; training is unchanged "
-        "(0 = every client, as PFLlib)"))
+        "(0 = every client, as PFLlib; so is a K above -nc, with a note)"))
     report_last_k: int = flag("--report_last_k", default=DEFAULT_LAST_K, minimum=1, help=(
         "also report the mean accuracy of the last K evaluations (in the .h5's summary and the end-of-run "
         "line). K counts evaluations, not rounds: with -eg 5 the last 10 evaluations span 50 rounds; a run "
@@ -112,11 +123,15 @@ class RunConfig:
     few_shot: int = flag("-fs", "--few_shot", default=0, minimum=0, help="keep k train samples per label (0 = all)")
     client_drop_rate: float = flag("-cdr", "--client_drop_rate", default=0.0, minimum=0, below=1,
                                    help="fraction of trained clients whose update is dropped")
-    seed: int = flag("--seed", default=0, run_key="seed", help="seeds Python, NumPy, torch and client sampling")
+    seed: int = flag("--seed", default=0, run_key="seed", help=(
+        f"seeds Python, NumPy, torch and client sampling; run i of -t uses seed + i, in 0..{MAX_SEED}"))
     data_dir: Optional[str] = flag("--data_dir", default=None, run_key="data-dir",
                                    help="folder holding <dataset>/ (default: dataset/)")
     results_dir: Optional[str] = flag("--results_dir", default=None, run_key="results-dir",
                                       help="folder for .h5 results (default: results/)")
+    overwrite: bool = flag("--overwrite", default=False, switch=True, help=(
+        "replace a results file that holds a complete run made with other flags (without it such a run is "
+        "kept and this one refused, naming the flags that differ); a run of the same flags is always replaced"))
     checkpoint_every: int = flag("--checkpoint_every", default=0, minimum=0,
                                  help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
     resume: bool = flag("-rs", "--resume", default=False,
@@ -134,7 +149,7 @@ class RunConfig:
     ray_timeout: float = flag("--ray_timeout", default=600.0, minimum=0, help=(
         "seconds to wait for the next client back from the Ray workers before the run stops (results so far "
         "kept); 0 waits forever"))
-    state_memory: str = flag("--state_memory", default="auto", type=size_flag, help=(
+    state_memory: str = flag("--state_memory", default="auto", type=memory_budget, help=(
         "memory for what clients keep of their own (personal models, heads, control variates), e.g. 2G; "
         "beyond it the least recently used clients' state goes to checksummed files under the run's "
         "checkpoint folder and is read back when used, with the same results (auto = half of what the "
@@ -171,8 +186,23 @@ class RunConfig:
         problems = field_problems(self) + field_problems(self.algorithm_flags) + self.lag.problems(self.global_rounds)
         if not 0 <= self.prev < self.times:
             problems.append(f"-pv/--prev must be in [0, -t), got {self.prev} with -t {self.times}")
+        seed_problem = self._seed_problem()
+        if seed_problem:
+            problems.append(seed_problem)
         gamma = self.learning_rate_decay_gamma
         if self.learning_rate_decay and math.isfinite(gamma) and gamma <= 0:  # a NaN is refused above
             problems.append(f"-ldg/--learning_rate_decay_gamma must be > 0 with -ld (each local training "
                             f"multiplies the learning rate by it), got {gamma}")
         return problems
+
+    def _seed_problem(self) -> Optional[str]:
+        """Why some run of ``-pv .. -t-1`` cannot be seeded with ``--seed + run``, or None: a seed outside
+        0..MAX_SEED overflows torch's seeding, or NumPy's folds it onto another."""
+        last = self.seed + max(self.times, 1) - 1
+        if 0 <= self.seed and last <= MAX_SEED:
+            return None
+        if self.seed < 0 or last == self.seed:
+            return f"--seed must be in [0, {MAX_SEED}] (the seeds NumPy's seeding takes), got {self.seed}"
+        fix = f"use --seed <= {MAX_SEED - self.times + 1}" if self.times <= MAX_SEED + 1 else "lower -t"
+        return (f"--seed {self.seed} with -t {self.times} seeds run {self.times - 1} with {last} (run i uses "
+                f"--seed + i), above {MAX_SEED}, the largest seed NumPy's seeding takes; {fix}")

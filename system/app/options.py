@@ -20,16 +20,19 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from app.config import RunConfig
 from dataset.utils.one_line import OneLineParser
 from flcore.algorithm_flags import AlgorithmFlags
+from flcore.flag_use import unused_flags, unused_reason
 from flcore.lag.flagfields import add_arguments, flag_fields, flag_values
 from flcore.registry import lag_base, own_defaults_by_flag
 from flcore.trainmodel.models import MODELS, UnknownModelError
 from utils.names import unknown_name_message
+from utils.rounds import rounds_run
 
 
 # What ``python system/main.py`` runs with no flag at all: the README's quickstart (FedLAG where it shows what it
@@ -59,6 +62,10 @@ def build_parser(parser_class: type = OneLineParser) -> argparse.ArgumentParser:
         description="Personalised federated learning benchmark (PFLlib-compatible command line).",
         formatter_class=HelpFormatter, help_command="python system/main.py --help")
     add_arguments(parser, RunConfig)
+    # A word such as -5G or -1e-3 after a flag is its value, as Python 3.13's argparse reads it: before 3.13
+    # only -5 and -0.5 were, and "--state_memory -5G" said "expected one argument" instead of what is wrong
+    # with -5G. No flag of main.py starts with a dash and a digit, so no flag is lost.
+    parser._negative_number_matcher = re.compile(r"^-\.?[0-9]")
     shared = {spec.dest: f.default for f, spec in flag_fields(AlgorithmFlags)}
     for action in parser._actions:
         if action.dest in shared:  # left out, they read None: the chosen algorithm's default is filled in later
@@ -66,7 +73,7 @@ def build_parser(parser_class: type = OneLineParser) -> argparse.ArgumentParser:
     return parser
 
 
-class _ReadingParser(OneLineParser):
+class ReadingParser(OneLineParser):
     """main.py's parser used to read flags, not to run: what would make main.py stop (a bad value, or
     ``-h``) raises ``ValueError`` with argparse's message, and nothing is printed."""
 
@@ -84,12 +91,53 @@ def flags_given(argv: Sequence[str]) -> Dict[str, str]:
     """``{dest: its flag names, e.g. '-go/--goal'}`` of the flags ``argv`` sets, read exactly as main.py
     reads them (abbreviations, ``--flag=value``, a short flag's attached value); words main.py does not know
     are left for it to refuse. Raises ``ValueError`` with argparse's message where main.py would stop."""
-    parser = build_parser(_ReadingParser)
+    parser = build_parser(ReadingParser)
     unset = object()
     names = {action.dest: "/".join(action.option_strings) for action in parser._actions}
     namespace = argparse.Namespace(**{dest: unset for dest in flag_defaults()})
     parser.parse_known_args(list(argv), namespace)
     return {dest: names[dest] for dest, value in vars(namespace).items() if value is not unset}
+
+
+def flag_pieces(argv: Sequence[str]) -> List[Tuple[str, List[str]]]:
+    """``argv`` (a command main.py has read) cut into ``(dest, words)``: each flag with the value it took, as
+    argparse reads it (``--flag value``, ``--flag=value``, ``-t3``, a unique abbreviation, a bare boolean);
+    a word that is no flag comes alone, with dest "". Joined again, the pieces are ``argv``."""
+    parser = build_parser(ReadingParser)
+    pieces: List[Tuple[str, List[str]]] = []
+    i = 0
+    while i < len(argv):
+        action, attached = _flag_of(parser, argv[i])
+        takes = 0
+        if action is not None and not attached:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            takes = int(action.nargs is None or (action.nargs == "?" and nxt is not None
+                                                 and _flag_of(parser, nxt)[0] is None))
+        pieces.append((action.dest if action else "", list(argv[i:i + 1 + takes])))
+        i += 1 + takes
+    return pieces
+
+
+def _flag_of(parser: argparse.ArgumentParser, word: str) -> Tuple[Optional[argparse.Action], bool]:
+    """(the flag ``word`` names, whether its value is in the word), argparse's rules in its order: the exact
+    name, ``name=value``, then a unique prefix or a one-letter flag with its value attached; (None, False)
+    for a value (``x``, ``-5``) or a word main.py does not know."""
+    actions = parser._option_string_actions
+    if word in actions:
+        return actions[word], False
+    if not word.startswith("-") or len(word) < 2:
+        return None, False
+    name, equals, _ = word.partition("=")
+    if equals and name in actions:
+        return actions[name], True
+    prefix = name if word.startswith("--") else word
+    found = {actions[option] for option in actions if option.startswith(prefix)}
+    if not word.startswith("--") and word[:2] in actions:
+        found.add(actions[word[:2]])
+        attached = True
+    else:
+        attached = bool(equals)
+    return (found.pop(), attached) if len(found) == 1 else (None, False)
 
 
 def shared_flag_default(dest: str, pfllib: object) -> str:
@@ -117,7 +165,17 @@ def check_model_name(name: str) -> None:
 def parse_args(argv: Optional[Sequence[str]] = None) -> RunConfig:
     """The flags of ``argv`` as a :class:`RunConfig`; every value its declarations refuse stops here, in
     one line naming the flags (exit status 2)."""
-    parser = build_parser()
+    return _parsed(build_parser(), argv)
+
+
+def read_args(argv: Sequence[str], parser: Optional[argparse.ArgumentParser] = None) -> RunConfig:
+    """What :func:`parse_args` makes of ``argv``, for a caller that checks a command rather than runs it (the
+    grid runner): where main.py would stop, ``ValueError`` with its message. ``parser``, from
+    ``build_parser(ReadingParser)``, may be passed to read many commands with one."""
+    return _parsed(parser or build_parser(ReadingParser), argv)
+
+
+def _parsed(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> RunConfig:
     config = RunConfig.from_namespace(parser.parse_args(argv))
     problems = config.problems()
     if problems:
@@ -175,3 +233,34 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
         warnings.append(f"-ldg/--learning_rate_decay_gamma {gamma} > 1 with -ld: the learning rate grows with "
                         f"every local training")
     return problems, warnings
+
+
+def unused_flag_warnings(config: RunConfig, argv: Sequence[str]) -> List[str]:
+    """A line for each flag ``argv`` gives that the chosen algorithm does not read (``flcore.flag_use``): it
+    is accepted, since a command may be shared by several methods, but it changes nothing in this run."""
+    record = config.flags()
+    unused = unused_flags(config.algorithm, record)
+    return [f"{names} is not read by {config.algorithm}, so it changes nothing in this run "
+            f"({unused_reason(config.algorithm, dest, record)})"
+            for dest, names in flags_given(argv).items() if dest in unused]
+
+
+def setup_notes(config: RunConfig, argv: Sequence[str] = ()) -> List[str]:
+    """What the flags ask for that a run does otherwise than written, or leave to a default that costs
+    hours, said once at the start (``argv``: the command, to tell a flag given from one left out)."""
+    notes = []
+    if argv and "global_rounds" not in _flags_given_or_none(argv):
+        notes.append(f"-gr left out: PFLlib's default, {rounds_run(config.global_rounds)}; on a real dataset that "
+                     f"takes hours (pass -gr N for fewer)")
+    if config.eval_clients > config.num_clients:
+        notes.append(f"--eval_clients {config.eval_clients} is more than the {config.num_clients} clients (-nc), "
+                     f"so every client is evaluated, as with --eval_clients 0")
+    return notes
+
+
+def _flags_given_or_none(argv: Sequence[str]) -> Dict[str, str]:
+    """:func:`flags_given`, or {} where main.py would stop anyway (it says why itself)."""
+    try:
+        return flags_given(argv)
+    except ValueError:
+        return {}

@@ -25,6 +25,9 @@ class AccuracySummary:
     last_k_count: int          # evaluations averaged: min(k, evaluations recorded)
     last_k_mean: float         # mean of the last last_k_count evaluations
     clients: int               # clients in the final evaluation (0: no per-client accuracies recorded)
+    # The clients' final accuracies averaged with equal weight: beside "final" (weighted by test samples,
+    # as PFLlib reports), it shows when a few large clients carry the weighted figure.
+    final_client_mean: float
     final_client_std: float    # population std of the clients' final accuracies (PFLlib's "Std")
     final_worst10_mean: float  # mean final accuracy of the worst_count(clients) lowest clients
     # With --val_ratio: the test accuracy at the evaluation of highest validation accuracy (the first such),
@@ -79,6 +82,7 @@ def summarize_accuracy(accuracy: Sequence[float], final_client_accuracy: Optiona
         last_k_count=count,
         last_k_mean=float(np.mean(series[-count:])) if count else nan,
         clients=len(clients),
+        final_client_mean=float(np.mean(clients)) if len(clients) else nan,
         final_client_std=float(np.std(clients)) if len(clients) else nan,
         final_worst10_mean=float(np.mean(clients[:worst])) if worst else nan,
         test_at_best_val=_at_best(series, validation),

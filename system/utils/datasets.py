@@ -61,13 +61,34 @@ def dataset_folder(name: str, clients_needed: int, data_dir: Optional[Path] = No
     """The folder ``-data name`` reads for a run of ``clients_needed`` clients (-nc plus -nnc).
 
     ``name`` must be a plain folder name (no separator, no ``..``). For the embedded Digits this is
-    ``Digits`` (the documented 20-client split) or, for another client count, ``Digits-nc<N>``.
+    ``Digits`` (the documented 20-client split) or, for another client count, ``Digits-nc<N>``; likewise
+    an embedded split named without a count (``Digits-iid-lg4``) lives in ``Digits-iid-lg4-nc<N>`` for a
+    count other than 20, the folder ``run_all.sh`` names for it, so the quickstart and a grid share one
+    copy. A folder of that name built before (holding exactly that many clients) is still read.
     """
     check_name(name, "-data", DatasetError)
     root = _data_root(data_dir)
     if name == "Digits":
         return root / digits_generator().digits_folder(clients_needed)
+    counted = f"{name}-nc{clients_needed}"
+    if (clients_needed != digits_generator().DIGITS_DEFAULT.num_clients and embedded_split(counted, clients_needed)
+            and "num_clients" not in _count_spelled(name) and not _holds_clients(root / name, clients_needed)):
+        return root / counted
     return root / name
+
+
+def _count_spelled(name: str) -> dict:
+    """``{"num_clients": N}`` when ``name`` ends in ``-nc<N>``, else ``{}``."""
+    last = name.rsplit("-", 1)[-1]
+    return {"num_clients": int(last[2:])} if last.startswith("nc") and last[2:].isdigit() else {}
+
+
+def _holds_clients(folder: Path, clients: int) -> bool:
+    """Whether ``folder`` holds a dataset of exactly ``clients`` clients (by its config.json)."""
+    try:
+        return read_config(folder).get("num_clients") == clients
+    except (OSError, ValueError, DatasetFileError):
+        return False
 
 
 def _closest_dataset(name: str, data_root: Path) -> Optional[str]:

@@ -380,7 +380,7 @@ def test_embedded_digits_names_build_the_split_they_spell_and_typos_build_nothin
     data = tmp_path / "data"
     flags = ["-dev", "cpu", "--data_dir", str(data), "--results_dir", str(tmp_path)]
     prepare(parse_args(["-data", "Digits-iid-lg2", "-nc", "6", *flags]))
-    config = read_config(data / "Digits-iid-lg2")
+    config = read_config(data / "Digits-iid-lg2-nc6")  # the folder a grid names for that split
     assert (config["num_clients"], config["partition"], config["label_groups"]) == (6, "iid", 2)
     code, err = run_main(["-data", "Digits-dri0.5", "-nc", "6", "-gr", "0", *flags], capsys)
     assert code == 2 and "not found" in err and not (data / "Digits-dri0.5").exists()

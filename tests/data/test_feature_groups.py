@@ -227,7 +227,8 @@ def test_embedded_digits_builds_a_shifted_split_from_its_name(tmp_path):
     for name in ("Digits-dir0.5", "Digits-dir0.5-rot2", "Digits-dir0.5-cor2s5"):
         prepare(parse_args(["-data", name, "-nc", "4", "-dev", "cpu", "--data_dir", str(tmp_path),
                             "--results_dir", str(tmp_path)]))
-    plain, rotated, noisy = (tmp_path / n for n in ("Digits-dir0.5", "Digits-dir0.5-rot2", "Digits-dir0.5-cor2s5"))
+    # Named without a count, -nc 4 reads (and builds) the folder that names it, as a grid does.
+    plain, rotated, noisy = (tmp_path / f"{n}-nc4" for n in ("Digits-dir0.5", "Digits-dir0.5-rot2", "Digits-dir0.5-cor2s5"))
     assert read_config(rotated)["feature_groups"] == 2 and read_config(noisy)["corruption_severity"] == 5
     assert np.array_equal(arrays(rotated, "train", 3)[0], np.rot90(arrays(plain, "train", 3)[0], 1, axes=(2, 3)))
     assert np.array_equal(arrays(noisy, "test", 2)[0], arrays(plain, "test", 2)[0])

@@ -39,13 +39,15 @@ def test_client_spread_at_the_final_evaluation():
     assert s.clients == 5
     assert s.final_client_std == pytest.approx(math.sqrt(0.08))
     assert s.final_worst10_mean == pytest.approx(0.1)          # ceil(5 / 10) = 1: the lowest client
+    assert s.final_client_mean == pytest.approx(sum(FIVE_CLIENTS) / 5)  # every client alike, not by samples
     eleven = FIVE_CLIENTS + [0.6, 0.6, 0.6, 0.2, 0.8, 0.8]
     assert summarize_accuracy([0.5], eleven).final_worst10_mean == pytest.approx((0.1 + 0.2) / 2)  # 2 of 11
 
 
 def test_nothing_recorded_gives_nan_not_an_error():
     s = summarize_accuracy([], None)
-    assert all(math.isnan(v) for v in (s.best, s.final, s.last_k_mean, s.final_client_std, s.final_worst10_mean))
+    assert all(math.isnan(v) for v in (s.best, s.final, s.last_k_mean, s.final_client_std, s.final_worst10_mean,
+                                       s.final_client_mean))
     assert (s.last_k_count, s.clients) == (0, 0)
     s = summarize_accuracy([0.3], [])
     assert s.best == 0.3 and math.isnan(s.final_worst10_mean) and s.clients == 0
@@ -78,9 +80,12 @@ def test_the_h5_summary_is_the_summary_of_its_own_arrays(data_dir, tmp_path):
     assert summary["last_k_mean"] == pytest.approx((acc[-2] + acc[-1]) / 2) and summary["last_k"] == 2
     assert summary["clients"] == 6 and summary["final_worst10_mean"] == final_clients.min()  # ceil(6/10) = 1
     assert summary["final_client_std"] == pytest.approx(np.std(final_clients))
+    assert summary["final_client_mean"] == pytest.approx(np.mean(final_clients))
+    assert summary["final_client_mean"] != pytest.approx(summary["final"])  # clients of unequal test sizes
 
 
-LINE = re.compile(r"^best accuracy (\S+) \| final (\S+) \| last-(\d+) mean (\S+) \| .* results in (\S+)$")
+LINE = re.compile(r"^best accuracy (\S+) \| final (\S+) \| last-(\d+) mean (\S+) \| "
+                  r"final, mean over (\d+) clients (\S+) \| .* results in (\S+)$")
 
 
 def test_console_lines_show_best_final_and_last_k_per_run_and_over_runs(data_dir, tmp_path, capsys):
@@ -92,13 +97,16 @@ def test_console_lines_show_best_final_and_last_k_per_run_and_over_runs(data_dir
     assert len(per_run) == 2
     values = []
     for run, match in enumerate(per_run):
-        acc = read_results(results / f"Toy_FedAvg_test_{run}.h5")[0]["rs_test_acc"]
+        arrays = read_results(results / f"Toy_FedAvg_test_{run}.h5")[0]
+        acc, clients = arrays["rs_test_acc"], arrays["rs_client_acc"][-1]
         best, final, k, last = float(match[1]), float(match[2]), int(match[3]), float(match[4])
         assert k == 2 and last == pytest.approx(np.mean(acc[-2:]), abs=5e-5)
         assert best == pytest.approx(acc.max(), abs=5e-5) and final == pytest.approx(acc[-1], abs=5e-5)
-        values.append((acc.max(), acc[-1], np.mean(acc[-2:])))
-    best, final, last = np.array(values).T
+        assert int(match[5]) == 6 and float(match[6]) == pytest.approx(np.mean(clients), abs=5e-5)
+        values.append((acc.max(), acc[-1], np.mean(acc[-2:]), np.mean(clients)))
+    best, final, last, client_mean = np.array(values).T
     expected = (f"best accuracy over 2 runs: {np.mean(best):.4f} +- {np.std(best):.4f} | "
                 f"final {np.mean(final):.4f} +- {np.std(final):.4f} | "
-                f"last-2 mean {np.mean(last):.4f} +- {np.std(last):.4f}")
+                f"last-2 mean {np.mean(last):.4f} +- {np.std(last):.4f} | "
+                f"final, mean over clients {np.mean(client_mean):.4f} +- {np.std(client_mean):.4f}")
     assert expected in out.splitlines()

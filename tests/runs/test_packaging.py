@@ -57,3 +57,17 @@ def test_the_installed_package_runs_the_commands_from_anywhere(tmp_path):
     assert Path(lines[0]).is_relative_to(REPO / "system")
     assert lines[1:] == ["run 0 True", "report 0 True", "grid 0 True", "unknown 2"]
     assert "run,report,grid" in done.stderr
+
+
+def test_help_is_the_usage_on_stdout_under_the_name_it_was_called_by(monkeypatch, capsys):
+    import pfl_lag_bench.__main__ as cli
+    for argv0, name in (("/venv/bin/pfl-lag-bench", "pfl-lag-bench"),
+                        ("/repo/pfl_lag_bench/__main__.py", "python -m pfl_lag_bench")):
+        monkeypatch.setattr(sys, "argv", [argv0])
+        for ask in (["--help"], ["-h"], []):
+            assert cli.main(ask) == 0
+            out, err = capsys.readouterr()
+            assert out.startswith(f"usage: {name} {{run,report,grid}}") and err == ""
+        assert cli.main(["train"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"usage: {name} ") and err.rstrip().endswith("unknown command 'train'")
