@@ -126,6 +126,8 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     import statistics
 
     import flcore.lag.mixin as mixin
+    import flcore.lag.sharing as sharing
+    import flcore.lag.updates as updates
     from app.build import build_server, prepare
     from app.run import FederatedRun
     from app.options import parse_args
@@ -139,9 +141,9 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     # (owner, function, what it is timed as): the mixin's broadcast less the base broadcast inside it is
     # holding every client's start; with writing each update, that is the delta signal's own work.
     timed = [(mixin.LayerConflictMixin, "send_models", "send"), (Server, "send_models", "base send"),
-             (mixin.LayerConflictMixin, "_lag_collect_updates", "write updates"),
-             (mixin, "layer_evidence_in_spans", "scoring"), (mixin.LayerConflictMixin, "_lag_regroup", "grouping"),
-             (mixin.LayerConflictMixin, "_lag_share_within_groups", "sharing")]
+             (updates.UpdateMatrix, "collect", "write updates"),
+             (updates, "layer_evidence_in_spans", "scoring"), (sharing.GroupSharing, "regroup", "grouping"),
+             (sharing.GroupSharing, "share", "sharing")]
     originals = [getattr(owner, name) for owner, name, _ in timed]
 
     def timing(original, part):

@@ -77,7 +77,8 @@ def pfllib_style_seconds_per_sample(server, num_clients: int = 2) -> float:
     samples, elapsed = 0, 0.0
     for client in server.clients[:num_clients]:
         start = time.perf_counter()
-        data = [(x.contiguous(), y) for x, y in zip(client.train_data.x, client.train_data.y)]
+        split = client.train_data  # PFLlib holds float images: decode our stored pixel codes first
+        data = [(x.contiguous(), y) for x, y in zip(split.inputs(split.x), split.y)]
         loader = DataLoader(data, batch_size=10, shuffle=True, drop_last=True)
         model.train()
         for x, y in loader:

@@ -60,8 +60,8 @@ checkpoint = None
 if sys.argv[3] == "checkpoint":
     checkpoint = run.save_checkpoint(config.global_rounds).stat().st_size
 store = server.state_store
-own = sum(c.own_bytes() for c in server.clients)
-spilled = sum(c._spill.nbytes for c in server.clients if c._spill is not None)
+own = sum(store.owned_bytes(c.id) for c in server.clients if not store.is_spilled(c.id))
+spilled = sum(store.owned_bytes(c.id) for c in server.clients if store.is_spilled(c.id))
 data = sum(int(d.x.numel() * d.x.element_size() + d.y.numel() * d.y.element_size())
            for c in server.clients for d in (c.train_data, c.test_data))
 import torch

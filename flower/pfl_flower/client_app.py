@@ -8,7 +8,9 @@ Every message is handled the same way:
 2. restore the client's state from ``context.state`` (the node's own memory across rounds): its whole
    local model, optimiser, learning-rate scheduler and batch-order generator (``Client.get_state()``);
 3. overwrite the model with the received global arrays, except the personal layers the server names
-   in ``config["lag-personal"]`` (and their modules' buffers): those keep the node's own values.
+   in ``config["lag-personal"]`` (and their modules' buffers): those keep the node's own values, but for
+   the tensors ``config["lag-group"]`` names (``--lag_share groups``: its group's model of a personal
+   layer, which the arrays carry).
 
 The whole local model is kept, not only the current personal layers, because the personal set for the
 next round is chosen only after this round's uploads; whichever layers it names, the node still holds
@@ -50,6 +52,7 @@ def _prepare(msg: Message, context: Context):
     # A node with nothing of its own yet starts from the server's model, averaged personal layers included.
     personal = task.names_from_config(config.get("lag-personal")) if stored is not None else []
     keep = set(with_module_buffers(client.model, personal))  # as LayerConflictMixin keeps them
+    keep -= set(task.names_from_config(config.get("lag-group")))  # what its group shares: received
     unknown = set(received) - set(named_tensors(client.model))
     if unknown:
         raise task.SetupError(f"the server sent tensors this model does not have: {sorted(unknown)[:5]}")

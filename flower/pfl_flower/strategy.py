@@ -3,13 +3,20 @@
 Each round (``Strategy.start`` drives it):
 
 * ``configure_train``: FedAvg's sampling and messages; the full global model is sent, and
-  ``config["lag-personal"]`` names the parameter tensors every client must keep as its own;
+  ``config["lag-personal"]`` names the parameter tensors every client must keep as its own. With
+  ``--lag_share groups`` (run-config ``lag-share = "groups"``) a node whose partition is in a group of a
+  personal layer gets its own message, its payload: the arrays carry its group's model of that layer,
+  and ``config["lag-group"]`` names those tensors, which the node loads over its own copy (one message
+  object for all the members of the same groups);
 * ``aggregate_train``: from the replies (sorted by partition, so the result does not depend on
   arrival order) the per-layer conflict scores are computed with the project's
   ``flcore.lag.conflict`` on the clients' updates, the personal set is chosen by the project's ``LayerSelector``
   (the same rule and history as ``LayerConflictMixin``), and every tensor is averaged sample-weighted with ``flcore.aggregation`` (FedAvg).
   Personal layers are averaged too, only to initialise clients that never held a copy: clients never
-  load them over their own (see ``client_app``);
+  load them over their own (see ``client_app``). With ``--lag_share groups`` the personal layers' updates
+  also update the groups, and each group's model is formed from its members' copies
+  (``flcore.lag.sharing``, as ``LayerConflictMixin`` does): a node's copy is what it keeps between
+  messages, its last trained arrays, which the server holds for every partition that replied;
 * ``configure_evaluate`` / ``aggregate_evaluate``: every node tests the model it holds after the
   broadcast; the project's evaluation formula (``utils.metrics.summarize``) makes the round's numbers.
 
@@ -40,6 +47,7 @@ from flcore.aggregation import sample_weights, weighted_average
 from flcore.exchange import magnitude_limit, tensor_spec, update_problem
 from flcore.lag.conflict import build_layers, layer_evidence, stack_layer_updates
 from flcore.lag.selector import LagSettings, LayerSelector
+from flcore.lag.sharing import GroupSharing
 from utils.metrics import ClientTestStats, summarize
 
 from . import task
@@ -69,13 +77,16 @@ class FedLagStrategy(FedAvg):
         self.eval_gap = max(int(eval_gap), 1)
         if settings.signal != "delta":
             raise ValueError("the Flower app scores the update theta_after - theta_start (--lag_signal delta)")
-        if settings.share != "own":
-            raise ValueError("the Flower app keeps every personal layer on its own node (--lag_share own)")
         self.lag = settings
         self.parameter_names = list(parameter_names)
         # The layer choice is the same object LayerConflictMixin uses: same rule, same history.
         self.selector = LayerSelector(settings, build_layers(self.parameter_names, settings.granularity))
         self.layers = self.selector.layers
+        # --lag_share groups: the groups and their models (LayerConflictMixin's object), and each partition's
+        # copy, its last trained arrays and sample count, which a group's model averages.
+        self.sharing = (GroupSharing(self.num_clients, settings.group_cosine, settings.xi)
+                        if settings.share == "groups" else None)
+        self.held: Dict[int, Tuple[Dict, int]] = {}
         self.history: Dict[str, list] = {"round_time": [],
                                           "test_acc": [], "test_auc": [], "train_loss": [], "client_acc": [],
                                           "eval_round": [], "clients": [], "failed_train": [],
@@ -111,10 +122,35 @@ class FedLagStrategy(FedAvg):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._round_start = time.perf_counter()
-        messages = list(super().configure_train(server_round, arrays, self._with_personal(config), grid))
+        messages = self._payloads(super().configure_train(server_round, arrays, self._with_personal(config), grid))
         self._sent["train"] = [m.metadata.dst_node_id for m in messages]
         self.expect_replies_to(arrays)
         return messages
+
+    def _payloads(self, messages: Iterable[Message]) -> List[Message]:
+        """Each message as its node's payload: FedAvg's, or for a node in a group of a personal layer, one
+        whose arrays carry the group's model and whose ``lag-group`` names it (one record per set of groups)."""
+        messages = list(messages)
+        if self.sharing is None:
+            return messages
+        records: Dict[int, RecordDict] = {}
+        out = []
+        for message in messages:
+            partition = self._partition_of.get(int(message.metadata.dst_node_id))
+            part = None if partition is None else self.sharing.payload(partition)
+            if not part:
+                out.append(message)
+                continue
+            if id(part) not in records:
+                arrays = task.from_record(message.content[self.arrayrecord_key])
+                arrays.update(part)
+                config = ConfigRecord(dict(message.content[self.configrecord_key]))
+                config["lag-group"] = " ".join(part)
+                records[id(part)] = RecordDict({self.arrayrecord_key: task.to_record(arrays),
+                                                self.configrecord_key: config})
+            out.append(Message(content=records[id(part)], message_type=message.metadata.message_type,
+                               dst_node_id=message.metadata.dst_node_id))
+        return out
 
     def expect_replies_to(self, arrays: ArrayRecord) -> None:
         """Remember what a round's training messages carry: each reply is checked against it."""
@@ -133,6 +169,9 @@ class FedLagStrategy(FedAvg):
                                    f"failure: node {first['node']} (partition {first['partition']}): "
                                    f"{first['reason']}")
             self.selector.observe(None, uploads=0)  # nothing was sent: the round still gets its row
+            if self.sharing is not None:
+                self.sharing.regroup({}, [], self.selector.personal, len(self.layers))
+                self.sharing.clear()
             self.history["round_time"].append(time.perf_counter() - self._round_start)
             return None, None
         states = [c["state"] for c in contents]
@@ -143,6 +182,8 @@ class FedLagStrategy(FedAvg):
         evidence = (layer_evidence(stack_layer_updates(updates, self.layers), self.lag.xi) if len(updates) >= 2
                     else None)
         self.selector.observe(evidence, uploads=len(updates))
+        if self.sharing is not None:
+            self._share_within_groups(contents)
         for note in self.selector.notes:
             log(WARNING, "\t└──> %s", note)
         self.selector.notes.clear()
@@ -152,13 +193,36 @@ class FedLagStrategy(FedAvg):
             self.selector.history["scores"][-1].tolist(), self.personal_names() or "none")
         return task.to_record(average), MetricRecord({"num-uploads": len(updates)})
 
+    def _share_within_groups(self, contents: List[dict]) -> None:
+        """The personal layers' updates join the profiles, the groups are updated, and each group's model is
+        formed from its members' copies (their last trained arrays: a node keeps nothing else)."""
+        personal = self.selector.personal
+        for content in contents:
+            self.held[content["partition"]] = (content["state"], content["count"])
+        stacked = stack_layer_updates([c["delta"] for c in contents], [self.layers[l] for l in personal])
+        self.sharing.regroup(dict(zip(personal, stacked)), [c["partition"] for c in contents], personal,
+                             len(self.layers))
+        samples = [self.held[p][1] if p in self.held else 0 for p in range(self.num_clients)]
+        self.sharing.share(personal, self._with_buffers, lambda p: self.held[p][0], samples)
+
+    def _with_buffers(self, layer: int) -> List[str]:
+        """Layer ``layer``'s parameters and the buffers of their modules, as the arrays sent name them."""
+        parameters = set(self.parameter_names)
+        names = list(self.layers[layer].tensors)
+        for name in self.layers[layer].tensors:
+            module = name.rpartition(".")[0]
+            prefix = f"{module}." if module else ""
+            names += [n for n in self._sent_spec if n.startswith(prefix) and "." not in n[len(prefix):]
+                      and n not in parameters and n not in names]
+        return names
+
     # ----- evaluation --------------------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if server_round % self.eval_gap and server_round != self.num_rounds:
             self._sent["evaluate"] = []
             return []
-        messages = list(super().configure_evaluate(server_round, arrays, self._with_personal(config), grid))
+        messages = self._payloads(super().configure_evaluate(server_round, arrays, self._with_personal(config), grid))
         self._sent["evaluate"] = [m.metadata.dst_node_id for m in messages]
         return messages
 
@@ -194,6 +258,7 @@ class FedLagStrategy(FedAvg):
                                   else np.zeros((0, 0), dtype=np.int64)),
                 "rs_round_time": np.asarray(h["round_time"], dtype=float),
                 **{name: np.asarray(value) for name, value in self.selector.result_arrays().items()},
+                **({"lag_groups": self.sharing.result_rows(0, len(self.layers)).numpy()} if self.sharing else {}),
                 "rs_failed_nodes": np.asarray(h["failed_train"], dtype=np.int64),
                 "rs_failed_evaluate_nodes": np.asarray(h["failed_evaluate"], dtype=np.int64)}
 
@@ -231,7 +296,7 @@ class FedLagStrategy(FedAvg):
                 self._fail(server_round, phase, node, None, str(problem), checked=True)
                 continue
             claims.setdefault(partition, []).append((node, msg.content))
-        for node in self._sent[phase]:
+        for node in sorted(self._sent[phase]):  # in node order, as the replies: not in sampling order
             if node not in replied:
                 self._fail(server_round, phase, node, None, "no reply (the node left, or did not answer in time)")
         self._sent[phase] = []
@@ -295,7 +360,7 @@ class FedLagStrategy(FedAvg):
                    or update_problem(delta, self._update_spec, count, most, limit=self._sent_limit))
         if problem:
             raise ReplyProblem(problem)
-        return {"state": state, "delta": delta, "count": int(count)}
+        return {"partition": partition, "state": state, "delta": delta, "count": int(count)}
 
     def _read_evaluate(self, partition: int, content: RecordDict) -> dict:
         """An evaluation reply's test counts (0 <= correct <= num-examples <= the partition's test samples),

@@ -5,8 +5,9 @@ Installed as ``system/flcore/lag_pfllib.py`` by ``patches/apply_pfllib.py``; mai
 For ``-algo FedLAG`` (FedAvg+LAG) and ``-algo X+LAG`` it executes main.py's own ``run`` code with
 ``args.algorithm`` a :class:`LagName` (the typed name, also equal to X, so X's branch runs: X's model
 wrapping and server, results under the typed name) and with a copy of main.py's globals in which the
-class X's branch builds (``server = FedRep(args, i)``) is LayerConflictMixin + :class:`UpstreamCompat` +
-that class. main.py's globals and the parsed ``args`` stay as they are; other names run ``run`` unchanged.
+class X's branch builds (``server = FedRep(args, i)``) is :class:`UpstreamDelivery` + LayerConflictMixin +
+:class:`UpstreamCompat` + that class. main.py's globals and the parsed ``args`` stay as they are; other names
+run ``run`` unchanged.
 Only the standard library is imported here (torch comes with ``flcore.lag`` in a LAG run).
 """
 from __future__ import annotations
@@ -78,6 +79,18 @@ class LagName(str):
 
 
 # ----- the server side -------------------------------------------------------------------------------
+class UpstreamDelivery:
+    """First in the bases (``UpstreamDelivery, Mixin, UpstreamCompat, X``): with ``--lag_share groups`` the
+    members receive their group's model as soon as it is formed, at the end of aggregation. Upstream's
+    round loop, and what its servers do after it (FedBABU's fine-tuning), read the clients' models directly
+    and know no payloads; upstream's broadcast (:meth:`UpstreamCompat.send_models`) then keeps the group's
+    model as each member's own copy."""
+
+    def aggregate_parameters(self):
+        super().aggregate_parameters()
+        self.send_personal_payloads()
+
+
 class UpstreamCompat:
     """Sits between ``LayerConflictMixin`` and an upstream server class (``Mixin, UpstreamCompat, X``).
 
@@ -90,7 +103,11 @@ class UpstreamCompat:
     * Around X's ``send_models``, keeps every client's copy of the personal layers: upstream's broadcast
       copies the whole global model into each client and cannot leave anything out, so the personal
       tensors (parameters and their modules' buffers) are saved first and put back after it.
-    * Gives the mixin its settings, from the ``--lag_*`` flags in upstream's ``args``.
+    * Delivers what a client receives beyond the broadcast (``personal_payload``: its group's models, with
+      ``--lag_share groups``) into its live model, the one way upstream's clients can receive it.
+    * Gives the mixin its settings, from the ``--lag_*`` flags in upstream's ``args``, and supplies the hooks
+      the mixin extends that upstream's ``Server`` lacks: nothing to add to them (no state, no results, no
+      payload, nothing after the rounds); upstream's own loop calls none of them.
     """
 
     def send_models(self):
@@ -106,6 +123,41 @@ class UpstreamCompat:
             for client in self.clients:
                 for name, tensor in with_module_buffers(client.model, names).items():
                     tensor.copy_(saved[client.id][name])
+    send_models.delivers_payloads = True  # each client ends with its payload: the broadcast and its own layers
+
+    def send_personal_payloads(self, clients=None):
+        import torch
+        with torch.no_grad():
+            for client in self.clients if clients is None else clients:
+                own = self.personal_payload(client.id)  # full names: upstream's clients share the whole model
+                if own:
+                    live = {**dict(client.model.named_parameters()), **dict(client.model.named_buffers())}
+                    for name, value in own.items():
+                        live[name].copy_(value)
+
+    def personal_names(self):
+        return frozenset()
+
+    def personal_payload(self, client_id):
+        return None
+
+    def extra_state(self):
+        return {}
+
+    def get_state(self):
+        return {}
+
+    def set_state(self, state):
+        pass
+
+    def result_arrays(self):
+        return {}
+
+    def result_attrs(self):
+        return {}
+
+    def finish(self):
+        pass
 
     def lag_settings(self):
         from flcore.lag import LagSettings
@@ -185,9 +237,13 @@ class Upload:
 
 
 def compose(server_class: type) -> type:
-    """``X+LAG`` for an upstream server class X: ``(LayerConflictMixin, UpstreamCompat, X)``."""
-    from flcore.lag import with_layer_conflict
-    return with_layer_conflict(type(server_class.__name__, (UpstreamCompat, server_class), {}))
+    """``X+LAG`` for an upstream server class X: ``(UpstreamDelivery, LayerConflictMixin, UpstreamCompat, X)``."""
+    from flcore.lag import LagError, LayerConflictMixin
+    if issubclass(server_class, LayerConflictMixin):
+        raise LagError(f"{server_class.__name__} already personalises conflicting layers")
+    glue = type(server_class.__name__, (UpstreamCompat, server_class), {})  # named after X, for messages
+    return type(f"{server_class.__name__}_LAG", (UpstreamDelivery, LayerConflictMixin, glue),
+                {"__doc__": server_class.__doc__, "lag_base": glue})
 
 
 # ----- main.py hook ----------------------------------------------------------------------------------

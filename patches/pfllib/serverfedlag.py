@@ -10,11 +10,11 @@ way (``flcore.lag_pfllib.compose``).
 from flcore.clients.clientavg import clientAVG
 from flcore.clients.clientfedlag import clientFedLAG
 from flcore.lag import LayerConflictMixin
-from flcore.lag_pfllib import UpstreamCompat
+from flcore.lag_pfllib import UpstreamCompat, UpstreamDelivery
 from flcore.servers.serveravg import FedAvg
 
 
-class FedLAG(LayerConflictMixin, UpstreamCompat, FedAvg):
+class FedLAG(UpstreamDelivery, LayerConflictMixin, UpstreamCompat, FedAvg):
     def set_clients(self, clientObj):
         # Upstream FedAvg.__init__ calls set_clients(clientAVG); FedLAG's clients are the same.
         super().set_clients(clientFedLAG if clientObj is clientAVG else clientObj)

@@ -7,6 +7,7 @@ import os
 
 import torch
 
+from app.checkpoints import run_checkpoint_folder
 from app.config import RunConfig
 from app.memory import memory_problem, state_budget
 from app.options import check_model_name
@@ -15,8 +16,10 @@ from app.run_status import replacement_note
 from app.threads import run_threads
 from dataset.utils.client_files import TOKEN_INPUTS
 from flcore.algorithm_flags import Hyperparameters
+from flcore.clients.state_store import ClientStateStore
 from flcore.registry import resolve
 from flcore.trainmodel.models import TEXT_MODELS, build_model, example_batch, split_head
+from utils.checkpoint import CLIENT_STATE_FOLDER
 from utils.datasets import DatasetError, DatasetInfo, dataset_info, ensure_default_dataset
 from utils.errors import ConfigError, UserError
 from utils.paths import RESULTS_DIR, check_name, display_path
@@ -131,9 +134,11 @@ def build_server(config: RunConfig, run: int = 0):
     problem = memory_problem(model, info, config.num_clients, device, config.model, config.state_memory)
     if problem:
         raise ConfigError(problem)
-    server = server_class(run_config, hyperparameters(config), run, model, info)
-    server.state_store.budget = state_budget(model, info, config.num_clients, device, config.state_memory)
-    return server
+    # The table of what clients own: the budget from the machine and --state_memory, its files beside the
+    # run's checkpoints (a checkpoint names those of spilled clients).
+    store = ClientStateStore(state_budget(model, info, config.num_clients, device, config.state_memory),
+                             run_checkpoint_folder(run_results_file(config, run), run_config) / CLIENT_STATE_FOLDER)
+    return server_class(run_config, hyperparameters(config), run, model, info, store)
 
 
 def build_run(config: RunConfig, run: int = 0) -> FederatedRun:

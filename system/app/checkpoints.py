@@ -15,7 +15,7 @@ import torch
 from app.options import flag_defaults
 from flcore.clients.state_store import StoreError
 from flcore.state import StateError
-from utils.checkpoint import (CheckpointError, checkpoint_folder, config_differences, global_rng_state,
+from utils.checkpoint import (KEEP, CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               load_latest_checkpoint, other_checkpoint_folders, payload_round, rng_state_problem,
                               save_checkpoint, set_global_rng_state)
 from utils.paths import display_path, portable_config
@@ -23,12 +23,17 @@ from utils.result_utils import read_results
 from utils.run_identity import NON_IDENTIFYING_FLAGS
 
 
+def run_checkpoint_folder(results_file: Path, config) -> Path:
+    """The checkpoints of the run of ``config`` (one run's: its seed) that writes ``results_file``: under its
+    results name, in a folder of its result-affecting flags."""
+    return checkpoint_folder(results_file, config.flags(), flag_defaults())
+
+
 class Checkpoints:
     """Saving, checking and resuming from the checkpoints of one run."""
 
     def checkpoint_folder(self) -> Path:
-        """This run's checkpoints: under its results name, in a folder of its result-affecting flags."""
-        return checkpoint_folder(self.results_file, self.config.flags(), flag_defaults())
+        return run_checkpoint_folder(self.results_file, self.config)
 
     def save_checkpoint(self, rnd: int, loop_done: bool = False) -> Path:
         """Everything needed to continue after round ``rnd``, including every random generator.
@@ -39,7 +44,7 @@ class Checkpoints:
         payload = {"config": self.config.flags(), "server": self.server.get_state(), "rng": global_rng_state(),
                    "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
         path = save_checkpoint(self.checkpoint_folder(), rnd, payload)
-        self.server.state_store.pin(rnd)  # spilled clients are saved as the files they are in: keep those
+        self.server.state_store.pin(rnd, KEEP)  # spilled clients are saved as the files they are in: keep those
         return path
 
     def checkpoint_problem(self, payload: dict) -> Optional[str]:
@@ -103,7 +108,7 @@ class Checkpoints:
                                   f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
                                   f"and rerun with --resume") from None
         self.server.current_round = found.round + 1
-        self.server.state_store.pin(found.round)
+        self.server.state_store.pin(found.round, KEEP)
         self.loop_done = found.payload.get("loop_done", False)
         notes = [f"skipped {s}" for s in found.skipped]
         threads_note = self._match_checkpoint_threads(found.payload.get("threads"))

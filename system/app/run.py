@@ -30,7 +30,7 @@ from flcore.clients.state_store import StoreError
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
-from utils.checkpoint import CLIENT_STATE_FOLDER, has_checkpoints, remove_checkpoints
+from utils.checkpoint import has_checkpoints, remove_checkpoints
 from utils.errors import RunError
 from utils.memory_release import release_free_memory
 from utils.paths import RESULTS_DIR, display_path, portable_config
@@ -112,7 +112,6 @@ class FederatedRun(Checkpoints):
     def __init__(self, server):
         self.server = server
         self.config: RunConfig = server.config
-        server.state_store.folder = self.checkpoint_folder() / CLIENT_STATE_FOLDER
         # Set by resume() from a checkpoint taken after the loop had ended (last round, or -ab): the
         # rounds are over and only finish() and the new-client evaluation remain.
         self.loop_done = False

@@ -137,6 +137,12 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
     assert server.cluster_of == assignment
     for client in server.clients:
         assert state_equal(named_tensors(client.model), server.cluster_models[assignment[client.id]])
+    # That model is each client's payload: one frozen copy per cluster, shared by its clients.
+    with server.sending():
+        payloads = [server.payload(c.id) for c in server.clients]
+    for a, b in itertools.combinations(range(len(server.clients)), 2):
+        assert (payloads[a] is payloads[b]) == (assignment[a] == assignment[b]), (a, b)
+    assert all(state_equal(payloads[i], server.cluster_models[assignment[i]]) for i in range(len(payloads)))
 
 
 @pytest.mark.parametrize("linkage, parts", [("complete", [[0, 1], [2, 3]]), ("single", [[0, 1, 2], [3]])])

@@ -99,6 +99,12 @@ def test_every_client_is_evaluated_with_the_cluster_it_would_choose_and_the_choi
         assert chosen[client.id] == lowest_loss(losses), client.id
         assert state_equal(named_tensors(client.model), server.cluster_models[chosen[client.id]])
     assert len(set(chosen)) > 1  # the check covers more than one cluster
+    # A client receives its choice as its payload: the clients that chose one cluster share one copy of it.
+    with server.sending():
+        payloads = {c.id: server.payload(c.id) for c in server.clients}
+    for a in server.clients:
+        for b in server.clients:
+            assert (payloads[a.id] is payloads[b.id]) == (chosen[a.id] == chosen[b.id])
 
 
 def test_with_one_cluster_ifca_is_fedavg_bit_for_bit(data_dir, tmp_path):

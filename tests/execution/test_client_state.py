@@ -120,7 +120,7 @@ def test_a_folder_at_a_files_name_is_refused_in_one_line_and_left_alone(tmp_path
     assert len(message.splitlines()) == 1 and f"{path} is a folder" in message and "move it away" in message
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
     store.released(record)   # nobody names it any more: the store would remove its file
-    store.pin(0)
+    store.pin(0, kept=2)
     store.close(keep_checkpointed=False)
     save_checkpoint(tmp_path, 0, {"x": 1})
     remove_checkpoints(tmp_path)  # a completed run's clean-up
@@ -148,60 +148,51 @@ def test_spilled_state_follows_the_umask_as_the_checkpoint_naming_it_does(tmp_pa
     assert oct((tmp_path / "client-state").stat().st_mode & 0o777) == oct(0o777 & ~mask)
 
 
-def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatch):
+def entry(nbytes: int) -> dict:
+    """A client's own state of ``nbytes`` bytes (float32 values)."""
+    return {"attr/c": torch.zeros(nbytes // 4)}
+
+
+def test_freed_memory_goes_back_to_the_system_once_enough_was_spilled(monkeypatch, tmp_path):
     import flcore.clients.state_store as state_store
     trims = []
-    monkeypatch.setattr(state_store, "release_free_memory", lambda: trims.append(len(spilled)))
-    spilled = []
-
-    class Owner:  # what the store asks of a parked client
-        def __init__(self, cid, nbytes):
-            self.id, self.nbytes = cid, nbytes
-
-        def own_bytes(self):
-            return self.nbytes
-
-        def has_live_modules(self):  # parked: it may be spilled
-            return False
-
-        def spill(self):
-            spilled.append(self.id)
-            self.nbytes = 0
-
+    monkeypatch.setattr(state_store, "release_free_memory", lambda: trims.append(len(store._files)))
     mb = 1 << 20
-    store = ClientStateStore(budget=30 * mb)
+    store = ClientStateStore(budget=30 * mb, folder=tmp_path)
     for cid in range(5):
-        store.note(Owner(cid, 20 * mb))
+        store.put(cid, entry(20 * mb))
     # Each new client pushes out the least recent, 20 MB each: a trim once 32 MB or more were spilled.
-    assert spilled == [0, 1, 2, 3] and trims == [2, 4] and store.resident_bytes == 20 * mb
+    assert sorted(store._files) == [0, 1, 2, 3] and trims == [2, 4] and store.resident_bytes == 20 * mb
 
 
-def test_room_is_made_from_the_least_recent_clients_never_the_one_asking_nor_one_in_use():
-    spilled = []
+def test_room_is_made_from_the_least_recent_entries_never_the_one_asking_nor_one_in_use(tmp_path):
+    store = ClientStateStore(budget=120, folder=tmp_path)
+    for cid in range(3):
+        store.put(cid, entry(40))
+    taken = store.take(0)  # in use (checked out): out of the table, so never spilled
+    assert torch.equal(taken["attr/c"], torch.zeros(10)) and store.resident_bytes == 80
+    store.make_room(80, keep=1)  # 80 + 80 > 120: 40 must go, and only client 2 may go
+    assert store.is_spilled(2) and not store.is_spilled(1) and store.resident_bytes == 40
+    store.make_room(80)  # 40 + 80 fits
+    assert not store.is_spilled(1)
 
-    class Owner:
-        def __init__(self, cid, nbytes, in_use=False):
-            self.id, self.nbytes, self.in_use = cid, nbytes, in_use
 
-        def own_bytes(self):
-            return self.nbytes
-
-        def has_live_modules(self):
-            return self.in_use
-
-        def spill(self):
-            spilled.append(self.id)
-            self.nbytes = 0
-
-    store = ClientStateStore(budget=100)
-    owners = [Owner(cid, 30) for cid in range(3)]
-    for owner in owners:
-        store.note(owner)
-    owners[0].in_use = True  # checked out again (a server step reading it), not re-counted yet
-    store.make_room(40, keep=owners[1])  # 90 + 40 > 100: 30 must go, and only client 2 may go
-    assert spilled == [2] and store.resident_bytes == 60
-    store.make_room(40)  # 60 + 40 fits
-    assert spilled == [2]
+def test_an_entry_is_a_value_the_table_keeps_in_memory_or_in_a_file(tmp_path):
+    store = ClientStateStore(budget=100, folder=tmp_path)
+    values = {"module/model/head.weight": torch.arange(12.0), "attr/c/w": torch.ones(3)}
+    store.put(7, values)
+    assert store.owned_bytes(7) == 60 and store.keys(7) == set(values)
+    store.put(8, entry(80))  # over the budget: the least recently used entry goes to a file
+    assert store.is_spilled(7) and store.resident_bytes == 80
+    kept, record = store.peek(7)  # what a checkpoint saves: stand-ins and the file's name
+    assert record is not None and all(t.device.type == "meta" for t in kept.values())
+    back = store.get(7)  # read back; room made first (client 8 goes)
+    assert all(torch.equal(back[k], v) for k, v in values.items())
+    assert store.is_spilled(8) and not store.is_spilled(7) and store.read_files == 1
+    store.put(7, {})  # owns nothing now: no entry
+    assert store.owned_bytes(7) == 0 and store.keys(7) == set()
+    with pytest.raises(StoreError, match="cannot hold one client's own state"):
+        store.put(9, entry(104))
 
 
 def test_a_template_keeps_no_values_and_its_working_modules_have_the_examples_layout():
@@ -258,12 +249,12 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
                          "--state_memory", budget)
     store = spilled.state_store
     seen = []
-    original_note = store.note
+    original_put = store.put
 
-    def note(client, used=True):
-        original_note(client, used)
+    def put(client_id, tensors, used=True):
+        original_put(client_id, tensors, used)
         seen.append(store.resident_bytes - store.uploading_bytes())
-    store.note = note
+    store.put = put
     before_read = []
     original_read = store.read
 
@@ -276,7 +267,8 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
 
     def park_and_count(server):  # after every hook: the count is what the resident clients own now
         park_clients(server)
-        exact.append(store.resident_bytes == sum(c.own_bytes() for c in server.clients if c._spill is None))
+        exact.append(store.resident_bytes == sum(c.own_bytes() for c in server.clients
+                                                 if not store.is_spilled(c.id)))
     monkeypatch.setattr(app.run, "park_clients", park_and_count)
     train(spilled)
     assert exact and all(exact)

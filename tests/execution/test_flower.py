@@ -362,12 +362,53 @@ def _strategy(settings, names, num_rounds: int, partitions: int = 4, train: int 
                           test_samples=[test] * partitions, **kwargs)
 
 
-def test_strategy_refuses_group_sharing(monkeypatch):
-    """The app keeps every personal layer on its own node: --lag_share groups is refused, not ignored."""
+def test_strategy_shares_a_personal_layer_within_groups_through_each_nodes_payload(monkeypatch):
+    """--lag_share groups: five partitions whose updates of b agree in pairs {0, 1} and {2, 3} (and 4
+    alone). After MIN_UPLOADS rounds the groups stand, and each member's next message is its payload: the
+    arrays carry its group's model of b (the members' last trained copies, weighted by their samples, by
+    hand), ``lag-group`` names it, and the two members of a group get one message content; partition 4
+    gets FedAvg's own message."""
     monkeypatch.syspath_prepend(str(APP))
+    import torch
+    from flwr.app import ConfigRecord
+    from flwr.supercore.task_identity import TaskIdentity
+    from flcore.lag.groups import MIN_UPLOADS
     from flcore.lag.selector import LagSettings
-    with pytest.raises(ValueError, match="--lag_share own"):
-        _strategy(LagSettings(share="groups"), ["fc.weight", "fc.bias"], num_rounds=1)
+    from pfl_flower import task
+
+    for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a ServerApp process's identity
+        monkeypatch.setattr(TaskIdentity, field, value)
+    settings = LagSettings(top_k=1, granularity="tensor", share="groups")
+    strategy = _strategy(settings, ["a.weight", "b.weight"], num_rounds=MIN_UPLOADS + 1, partitions=5, train=8,
+                         min_available_nodes=1)
+    arrays = task.to_record({"a.weight": torch.zeros(1), "b.weight": torch.zeros(2)})
+    grid = _Grid([10, 11, 12, 13, 14])  # node 10 + p holds partition p
+    pulls = [[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]
+    counts = [2, 6, 4, 4, 8]
+    for rnd in range(1, MIN_UPLOADS + 1):
+        strategy.configure_train(rnd, arrays, ConfigRecord(), grid)
+        replies = [_train_reply(p, counts[p], {"a.weight": [1.0], "b.weight": pulls[p]},
+                                {"a.weight": [0.5], "b.weight": [10.0 * p + rnd, -p]}, node=10 + p) for p in range(5)]
+        strategy.aggregate_train(rnd, replies)
+    assert strategy.personal_names() == ["b.weight"]
+    assert strategy.result_arrays()["lag_groups"][-1].tolist() == [[-1] * 5, [0, 0, 2, 2, 4]]
+
+    for messages in (strategy.configure_evaluate(MIN_UPLOADS + 1, arrays, ConfigRecord(), grid),
+                     strategy.configure_train(MIN_UPLOADS + 1, arrays, ConfigRecord(), grid)):
+        by_node = {m.metadata.dst_node_id: m.content for m in messages}
+        assert by_node[10] is by_node[11] and by_node[12] is by_node[13] and by_node[10] is not by_node[12]
+        last = MIN_UPLOADS
+        for (i, j) in ((0, 1), (2, 3)):
+            content = by_node[10 + i]
+            weight = counts[i] / (counts[i] + counts[j])
+            expected = [weight * (10.0 * i + last) + (1 - weight) * (10.0 * j + last), weight * -i + (1 - weight) * -j]
+            received = task.from_record(content["arrays"])
+            assert torch.allclose(received["b.weight"], torch.tensor(expected), rtol=0, atol=1e-6)
+            assert torch.equal(received["a.weight"], torch.zeros(1))  # the broadcast, as for every node
+            assert content["config"]["lag-group"] == "b.weight" and content["config"]["lag-personal"] == "b.weight"
+        alone = by_node[14]
+        assert "lag-group" not in alone["config"] and torch.equal(task.from_record(alone["arrays"])["b.weight"],
+                                                                  torch.zeros(2))
 
 
 def test_strategy_scores_chooses_and_averages(monkeypatch):
@@ -620,6 +661,55 @@ def test_a_batchnorm_model_trains_on_flower_as_the_project_runs_it(monkeypatch, 
         held = np.load(tmp_path / "dumps" / f"node{node}_round{ROUNDS}_evaluate.npz")
         for name, value in client.model.state_dict().items():
             np.testing.assert_allclose(held[name], value.numpy(), rtol=0, atol=1e-6, err_msg=f"node {node}: {name}")
+
+
+def test_group_sharing_on_flower_is_the_projects_own(monkeypatch, digits_groups_dir, tmp_path):
+    """--lag_share groups on the quickstart's concept shift (8 nodes, client i in label group i % 4), four
+    rounds, in one process: groups form after the third round and each member then receives its group's
+    model of the head with its messages. The groups, the personal layers and every node's model after the
+    last round are those of ``main.py -algo FedLAG --lag_share groups`` on the same clients."""
+    monkeypatch.syspath_prepend(str(APP))
+    from flwr.app import Context, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+    from pfl_flower import server_app
+
+    for field, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):  # a ServerApp process's identity
+        monkeypatch.setattr(TaskIdentity, field, value)
+    nodes, rounds = 8, 4
+    run = {"dataset": "Digits-iid-lg4", "num-clients": nodes, "model": "DNN", "learning-rate": 0.05,
+           "lag-share": "groups", "num-server-rounds": rounds, "eval-gap": rounds, "min-nodes": nodes,
+           "data-dir": str(digits_groups_dir), "results-dir": str(tmp_path / "results"),
+           "dump-dir": str(tmp_path / "dumps"), "repo-dir": str(REPO)}
+    contexts = {10 + p: Context(run_id=1, node_id=10 + p, node_config={"partition-id": p}, state=RecordDict(),
+                                run_config=run) for p in range(nodes)}
+    server_app.main(_LocalGrid(contexts), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                                  run_config=run))
+    arrays, attrs = read_results(tmp_path / "results" / "Digits-iid-lg4_FedLAG_flower_0.h5")
+    assert attrs["complete"] and attrs["config"]["lag_share"] == "groups"
+
+    server = server_for(digits_groups_dir, tmp_path / "reference", "-algo", "FedLAG", "-data", "Digits-iid-lg4",
+                        "-nc", str(nodes), "-gr", str(rounds - 1), "--lag_granularity", "module",
+                        "--lag_share", "groups")
+    for _ in range(rounds):
+        play_round(server)
+    server.send_models()
+    groups = server.lag_results()["lag_groups"]
+    assert arrays["lag_groups"].tolist() == groups.tolist()
+    last = groups[-1, server.lag_personal[0]].tolist()
+    assert len(set(last)) < nodes, "no group formed: nothing was shared"
+    names = [str(n) for n in arrays["lag_layer_names"]]
+    assert [n for n, chosen in zip(names, arrays["lag_personal"][-1]) if chosen] == \
+        [layer.name for layer in (server.lag_layers[i] for i in server.lag_personal)]
+    for node, client in enumerate(server.clients):
+        held = np.load(tmp_path / "dumps" / f"node{node}_round{rounds}_evaluate.npz")
+        for name, value in client.model.state_dict().items():
+            np.testing.assert_allclose(held[name], value.numpy(), rtol=0, atol=1e-6, err_msg=f"node {node}: {name}")
+    head = server.lag_personal_names()[0]
+    members = [i for i, g in enumerate(last) if last.count(g) > 1]
+    first = np.load(tmp_path / "dumps" / f"node{members[0]}_round{rounds}_evaluate.npz")[head]
+    same_group = [i for i in members if last[i] == last[members[0]]]
+    for i in same_group[1:]:  # one group's members hold one model of the head
+        assert np.array_equal(np.load(tmp_path / "dumps" / f"node{i}_round{rounds}_evaluate.npz")[head], first)
 
 
 def test_an_update_beyond_the_models_scale_is_a_failure(monkeypatch):

@@ -2,6 +2,7 @@
 random-K control (--lag_schedule random)."""
 import copy
 
+import pytest
 import torch
 
 from flcore.aggregation import named_tensors
@@ -10,6 +11,7 @@ from flcore.lag.conflict import Layer
 from flcore.lag.groups import (MIN_UPLOADS, UpdateProfiles, add_updates, agreeing_groups, group_members,
                                leave_conflicting, profile_cosines, sample_weighted_average)
 from flcore.lag.selector import LayerSelector, random_layers
+from flcore.lag.sharing import GroupSharing
 from utils.result_utils import read_results
 from helpers import original_and_restored_twin, play_round, results_file, server_for, state_equal, train
 
@@ -98,7 +100,46 @@ def _force_groups(server, monkeypatch, labels):
     monkeypatch.setattr(server.lag_profiles, "groups_of", lambda layer: torch.tensor(labels))
 
 
+def test_sharing_forms_each_groups_model_by_hand_and_gives_members_one_object():
+    """Three clients, groups {0, 1} and {2} of a module's weight and bias: the members' payload part is
+    the sample-weighted average of their copies (1 and 3 samples: weights 1/4 and 3/4), named relative to
+    the shared module, one object for both; client 2, alone, receives nothing beyond the broadcast."""
+    sharing = GroupSharing(3, above=0.1, below=0.0, prefix="base")
+    sharing.history.append(torch.tensor([[-1, -1, -1], [0, 0, 2]]))  # layer 1 personal, clients 0 and 1 together
+    held = {0: {"base.fc.weight": torch.tensor([1.0, 2.0]), "base.fc.bias": torch.tensor([4.0])},
+            1: {"base.fc.weight": torch.tensor([5.0, -2.0]), "base.fc.bias": torch.tensor([0.0])},
+            2: {"base.fc.weight": torch.tensor([9.0, 9.0]), "base.fc.bias": torch.tensor([9.0])}}
+    sharing.share([1], lambda layer: ("base.fc.weight", "base.fc.bias"), held.__getitem__, [1, 3, 5])
+    part = sharing.payload(0)
+    assert part is sharing.payload(1) and sharing.payload(2) is None
+    assert set(part) == {"fc.weight", "fc.bias"}
+    assert torch.equal(part["fc.weight"], torch.tensor([0.25 * 1 + 0.75 * 5, 0.25 * 2 + 0.75 * -2]))
+    assert torch.equal(part["fc.bias"], torch.tensor([1.0]))
+    assert torch.equal(held[0]["base.fc.weight"], torch.tensor([1.0, 2.0]))  # the copies are read, never written
+    sharing.clear()  # a round without uploads: nothing to deliver
+    assert sharing.payload(0) is None
+
+
+def test_a_later_layer_averages_what_an_earlier_one_gave_its_members():
+    """At tensor granularity a module's weight and bias are two layers that both carry its buffers: the
+    second averages the members' buffers as the first left them, as when the averages were written at once."""
+    sharing = GroupSharing(3, above=0.1, below=0.0)
+    sharing.history.append(torch.tensor([[0, 0, 2], [0, 1, 1]]))
+    held = {i: {"bn.weight": torch.tensor([float(i)]), "bn.bias": torch.tensor([float(i)]),
+                "bn.mean": torch.tensor([float(10 * i)])} for i in range(3)}
+    names = {0: ("bn.weight", "bn.mean"), 1: ("bn.bias", "bn.mean")}
+    sharing.share([0, 1], names.__getitem__, held.__getitem__, [1, 1, 1])
+    assert torch.equal(sharing.payload(0)["bn.mean"], torch.tensor([5.0]))           # layer 0's group {0, 1}
+    assert torch.equal(sharing.payload(1)["bn.mean"], torch.tensor([12.5]))          # (5 + 20) / 2: 1 had 5
+    assert torch.equal(sharing.payload(2)["bn.mean"], torch.tensor([12.5]))
+    assert torch.equal(sharing.payload(1)["bn.weight"], torch.tensor([0.5]))
+    assert "bn.weight" not in sharing.payload(2) and torch.equal(sharing.payload(2)["bn.bias"], torch.tensor([1.5]))
+
+
 def test_a_group_holds_the_sample_weighted_average_of_its_members_copies(data_dir, tmp_path, monkeypatch):
+    """Aggregation writes into no client: it forms the groups' models, which the members' payloads carry
+    (one object per group; a client alone gets the plain broadcast, the very object every client without
+    a group gets), and the next send_models delivers them."""
     server = server_for(data_dir, tmp_path, *GROUPS, "-jr", "0.5")
     play_round(server)  # the head becomes personal
     assert server.lag_personal_names() and server.lag_profiles is not None
@@ -111,16 +152,25 @@ def test_a_group_holds_the_sample_weighted_average_of_its_members_copies(data_di
     copies = {c.id: {n: t.clone() for n, t in named_tensors(c.model).items()} for c in server.clients}
     samples = {c.id: c.train_samples for c in server.clients}
     server.aggregate_parameters()
+    for client in server.clients:
+        assert state_equal(named_tensors(client.model), copies[client.id]), f"client {client.id} was written"
+    with server.sending():
+        payloads = {c.id: server.payload(c.id) for c in server.clients}
+        assert payloads[2] is server.payload(2) and payloads[2] is not payloads[0]
+        assert set(payloads[2]) == set(server.broadcast()) and personal[0] not in payloads[2]
+    assert payloads[0] is payloads[1] is payloads[3] and payloads[4] is payloads[5]
     for members in ([0, 1, 3], [4, 5]):
         total = sum(samples[i] for i in members)
         for name in personal:
             expected = torch.zeros_like(copies[members[0]][name])
             for i in members:
                 expected.add_(copies[i][name], alpha=samples[i] / total)
-            for i in members:
-                assert torch.equal(named_tensors(server.clients[i].model)[name], expected), (name, i)
-    alone = named_tensors(server.clients[2].model)
-    assert state_equal(alone, copies[2], personal)  # a client alone keeps its own copy
+            assert torch.equal(payloads[members[0]][name], expected), name
+    server.send_models()
+    for members in ([0, 1, 3], [4, 5]):
+        for i in members:
+            assert state_equal(named_tensors(server.clients[i].model), payloads[members[0]], personal), i
+    assert state_equal(named_tensors(server.clients[2].model), copies[2], personal)  # alone: its own copy
     assert server.lag_results()["lag_groups"][-1, server.lag_personal[0]].tolist() == [0, 0, 2, 0, 4, 4]
 
 
@@ -137,8 +187,70 @@ def test_the_group_average_does_not_depend_on_upload_order(data_dir, tmp_path, m
         if reverse:
             server.uploads = server.uploads[::-1]
         server.aggregate_parameters()
-        results.append([named_tensors(c.model) for c in server.clients])
-    assert all(state_equal(a, b) for a, b in zip(*results))
+        server.send_models()  # the personal layers: each group's model (the shared ones: FedAvg's sum, in upload order)
+        personal = server.personal_names()
+        results.append([{n: t for n, t in named_tensors(c.model).items() if n in personal} for c in server.clients])
+    assert all(a and state_equal(a, b) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("algorithm, k", [("FedAS+LAG", "3"), ("FedALA+LAG", "1")])
+def test_a_method_that_delivers_its_own_way_gives_members_their_groups_model_first(data_dir, tmp_path,
+                                                                                 monkeypatch, algorithm, k):
+    """FedAS aligns, and FedALA mixes, the body on the model the client holds, personal layers included, in
+    a send_models of their own that delivers no payloads: the group models reach the members before it
+    (each member's first delivery of the round), as they did when they were written at aggregation."""
+    server = server_for(data_dir, tmp_path, "-algo", algorithm, "--lag_top_k", k, "--lag_share", "groups", "-jr", "1")
+    play_round(server)
+    _force_groups(server, monkeypatch, [0, 0, 0, 3, 3, 3])
+    play_round(server)
+    part = server.personal_payload(0)
+    assert part is not None and part is server.personal_payload(1)
+    first = {}
+    for client in server.clients:
+        def recording(values, slot="model", frozen=None, _client=client, _original=client.receive_tensors):
+            first.setdefault(_client.id, set(values))
+            return _original(values, slot=slot, frozen=frozen)
+        monkeypatch.setattr(client, "receive_tensors", recording)
+    server.selected_clients = server.select_clients()
+    server.send_models()
+    path = server.client_class.shared_path
+    full = {f"{path}.{n}" if path else n for n in part}
+    for client in server.clients:
+        assert first[client.id] == full, client.id
+        held = named_tensors(client.model)
+        group = server.personal_payload(client.id)
+        assert all(torch.equal(held[f"{path}.{n}" if path else n], t) for n, t in group.items()), client.id
+
+
+def test_only_send_models_and_finish_write_into_clients(data_dir, tmp_path):
+    """Every client's receive path is instrumented through a whole run whose groups form: tensors arrive
+    only in send_models (and finish), and a member's personal layer is the very tensor of its payload."""
+    server = server_for(data_dir, tmp_path, *GROUPS, "-gr", str(MIN_UPLOADS + 2))
+    hook = {"now": None}
+    for name in ("send_models", "evaluate", "train_clients", "receive_models", "aggregate_parameters",
+                 "end_round", "finish"):
+        original = getattr(server, name)
+
+        def marked(*args, _original=original, _name=name, **kwargs):
+            outer, hook["now"] = hook["now"], hook["now"] or _name
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                hook["now"] = outer
+        setattr(server, name, marked)
+    received = []
+    for client in server.clients:
+        def recording(values, slot="model", frozen=None, _client=client, _original=client.receive_tensors):
+            received.append((hook["now"], _client.id, dict(values)))
+            return _original(values, slot=slot, frozen=frozen)
+        client.receive_tensors = recording
+    train(server)
+    assert {phase for phase, _, _ in received} <= {"send_models", "finish"}
+    personal = set(server.lag_personal_names())
+    grouped = [(i, values) for phase, i, values in received if personal & set(values)]
+    assert grouped, "no group model was delivered: the run is too short for groups to form"
+    groups = server.lag_results()["lag_groups"]
+    assert (groups[-1] >= 0).any()
 
 
 def test_groups_are_checkpointed_and_resumed_exactly(data_dir, tmp_path):
@@ -148,6 +260,43 @@ def test_groups_are_checkpointed_and_resumed_exactly(data_dir, tmp_path):
     assert torch.equal(original.lag_results()["lag_groups"], twin.lag_results()["lag_groups"])
     layer = original.lag_personal[0]
     assert torch.equal(original.lag_profiles.profiles[layer], twin.lag_profiles.profiles[layer])
+
+
+def test_group_models_waiting_for_the_broadcast_travel_in_the_checkpoint(data_dir, tmp_path, monkeypatch):
+    """Saved between aggregation and the next broadcast, a state holds the group models not yet delivered;
+    a server loading it delivers them as the original does (the same tensors, bit for bit)."""
+    original = server_for(data_dir, tmp_path, *GROUPS, "-jr", "0.5")
+    play_round(original)
+    _force_groups(original, monkeypatch, [0, 0, 2, 0, 4, 4])
+    play_round(original)
+    assert original.personal_payload(0) is not None and original.personal_payload(2) is None
+    torch.save(original.get_state(), tmp_path / "state.pt")
+    twin = server_for(data_dir, tmp_path, *GROUPS, "-jr", "0.5", "--seed", "7")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
+    twin.check_state(state)
+    twin.set_state(state)
+    for i in range(6):
+        a, b = original.personal_payload(i), twin.personal_payload(i)
+        assert (a is None) == (b is None) and (a is None or state_equal(a, b)), i
+    assert twin.personal_payload(0) is twin.personal_payload(1)  # still one object for the group
+    original.send_models()
+    twin.send_models()
+    for a, b in zip(original.clients, twin.clients):
+        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+
+
+def test_a_state_saved_when_group_models_were_written_at_once_delivers_nothing_more():
+    """A checkpoint from before the group models waited for the broadcast has none pending: its members
+    hold them already, so the next broadcast must not bring any."""
+    sharing = GroupSharing(3, above=0.1, below=0.0)
+    sharing.history.append(torch.tensor([[0, 0, 2]]))
+    sharing.share([0], lambda layer: ("w",), lambda i: {"w": torch.tensor([float(i)])}, [1, 1, 1])
+    older = {key: value for key, value in sharing.state_dict().items() if key not in ("parts", "receives")}
+    restored = GroupSharing(3, above=0.1, below=0.0)
+    restored.load_state_dict(older)
+    assert restored.payload(0) is None and torch.equal(restored.history[0], sharing.history[0])
+    restored.load_state_dict(sharing.state_dict())
+    assert torch.equal(restored.payload(0)["w"], torch.tensor([0.5])) and restored.payload(0) is restored.payload(1)
 
 
 def test_the_groups_of_each_round_are_in_the_results_and_the_report_draws_them(data_dir, tmp_path):

@@ -8,6 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.clients.clientavg import clientAVG
 from flcore.lag import LagError, LagSettings, top_k_positive, with_layer_conflict
+from flcore.lag.candidates import own_personal_layers
 from flcore.lag.client_tensors import model_snapshot, model_tensors
 from flcore.lag.conflict import layer_evidence, stack_layer_updates
 from flcore.registry import UnknownAlgorithmError, resolve
@@ -59,6 +60,52 @@ def test_a_client_never_loads_a_personal_layer(data_dir, tmp_path, monkeypatch):
     assert loaded and loaded.isdisjoint(kept)
 
 
+def test_k_is_checked_before_round_0_from_what_clients_declare_without_an_upload(data_dir, tmp_path, monkeypatch):
+    """Building an X+LAG server uploads nothing: the candidate layers come from the clients' declaration of
+    what they share, so a K that leaves nothing shared is refused before any round."""
+    from flcore.clients.clientbase import Client
+
+    def no_upload(client):
+        raise AssertionError(f"client {client.id} uploaded while the server was being built")
+    monkeypatch.setattr(Client, "upload", no_upload)
+    server = server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "--lag_top_k", "2",
+                        "--lag_granularity", "module")
+    assert [layer.name for layer in server.lag_layers] == ["base.conv1.0", "base.conv2.0", "base.fc1.0"]
+    assert server.lag_selector.own_personal == ("head",)
+    with pytest.raises(LagError, match="would keep every one of the 3 layers FedRep shares personal"):
+        server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "--lag_top_k", "4",
+                   "--lag_granularity", "module")
+
+
+def test_the_mixin_knows_its_base_class_and_extends_hooks_every_server_has():
+    """X+LAG records X's class (FedLAG: FedAvg's), not a name read from the flags; every base hook the mixin
+    extends through super() exists on this project's Server (nothing asks whether it does), and on the
+    PFLlib adapter where upstream's Server lacks it."""
+    import ast
+    import inspect
+
+    import flcore.lag.mixin as mixin_module
+    from flcore.servers.serverbase import Server
+    from flcore.servers.serverfedlag import FedLAG
+    from flcore.servers.serverrep import FedRep
+    assert resolve("FedRep+LAG")[0].lag_base is FedRep and FedLAG.lag_base is FedAvg
+    source = inspect.getsource(mixin_module)
+    assert "hasattr" not in source and "removesuffix" not in source
+    extended = {node.attr for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "super"}
+    assert {"personal_names", "personal_payload", "send_models", "finish", "extra_state", "get_state"} <= extended
+    for name in extended - {"__init__", "__init_subclass__"}:
+        assert callable(getattr(Server, name, None)), name
+    import importlib.util
+    from helpers import REPO
+    spec = importlib.util.spec_from_file_location("lag_pfllib_probe", REPO / "patches" / "pfllib" / "lag_pfllib.py")
+    adapter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapter)
+    upstream_has = {"__init__", "__init_subclass__", "send_models", "receive_models", "aggregate_parameters"}
+    for name in extended - upstream_has:
+        assert callable(getattr(adapter.UpstreamCompat, name, None)), name
+
+
 def test_top_k_zero_reproduces_fedavg_exactly(data_dir, tmp_path):
     common = ("-m", "CNN", "-jr", "0.5", "-gr", "3")
     fedavg = server_for(data_dir, tmp_path / "avg", "-algo", "FedAvg", *common)
@@ -92,9 +139,9 @@ def test_own_layers_are_those_the_client_trains_even_when_frozen_between_phases(
     client = server.clients[0]
     candidates = server.lag_layers
     client.model.head.requires_grad_(False)
-    assert server._lag_own_personal_layers(client, candidates) == ["head"]
+    assert own_personal_layers(client, candidates, "module") == ["head"]
     client.head_optimizer = None  # no optimiser holds the head any more
-    assert server._lag_own_personal_layers(client, candidates) == []
+    assert own_personal_layers(client, candidates, "module") == []
 
 
 def test_every_round_schedule_picks_the_top_k_of_each_round(data_dir, tmp_path):
@@ -144,10 +191,10 @@ def test_dropped_uploads_are_not_scored_and_the_rest_score_as_if_alone(data_dir,
     server.receive_models()
     uploaded = [u.client_id for u in server.uploads]
     assert 2 <= len(uploaded) < len(server.selected_clients)
-    assert set(server._lag_scored) == set(uploaded)
+    assert set(server.lag_updates.scored) == set(uploaded)
     for row, client in enumerate(server.selected_clients):  # rows in selection order
         if client.id not in uploaded:
-            assert not server._lag_matrix[row].any()
+            assert not server.lag_updates.matrix[row].any()
     by_id = {c.id: c for c in server.clients}
     updates = [{n: (p.detach() - start[i][n]) for n, p in by_id[i].model.named_parameters()} for i in uploaded]
     expected = layer_evidence(stack_layer_updates(updates, server.lag_layers), server.lag.xi)

@@ -330,13 +330,44 @@ def test_hook_defers_to_own_branches_and_refuses_clearly(tmp_path):
     args = argparse.Namespace(algorithm="FedAvg+LAG")
     took_branch, name, server_class = namespace["run"](args)
     assert took_branch and name == "FedAvg+LAG" and server_class.__name__ == "Plain_LAG"
-    assert [c.__name__ for c in server_class.__mro__[1:]] == ["LayerConflictMixin", "Plain", "UpstreamCompat",
-                                                              "Plain", "object"]  # the glue class is named after X
+    assert [c.__name__ for c in server_class.__mro__[1:]] == ["UpstreamDelivery", "LayerConflictMixin", "Plain",
+                                                              "UpstreamCompat", "Plain", "object"]  # glue named after X
+    assert server_class.lag_base.__name__ == "Plain" and issubclass(server_class.lag_base, Plain)
     assert namespace["FedAvg"] is Plain and args.algorithm == "FedAvg+LAG" and type(args.algorithm) is str
     with pytest.raises(SystemExit, match="no branch for 'FedRep'.*FedAvg\\+LAG"):
         namespace["run"](argparse.Namespace(algorithm="FedRep+LAG"))
     with pytest.raises(SystemExit, match="Local shares no parameters"):
         namespace["run"](argparse.Namespace(algorithm="Local+LAG"))
+
+
+def test_inside_pfllib_a_groups_model_reaches_its_members_live_models_at_aggregation():
+    """Upstream's clients hold live models and its loop reads them directly: the adapter writes what a
+    client receives beyond the broadcast (its group's model) into its model at the end of aggregation,
+    and upstream's broadcast then keeps it (it is among the personal layers it puts back)."""
+    import torch
+    from types import SimpleNamespace
+
+    class Upstream:  # what the adapter relies on: live client models, an aggregation step
+        def __init__(self):
+            self.clients = [SimpleNamespace(id=i, model=torch.nn.Linear(2, 1)) for i in range(3)]
+            self.aggregated = False
+
+        def aggregate_parameters(self):
+            self.aggregated = True
+
+    group_model = {"weight": torch.tensor([[1.5, -2.0]]), "bias": torch.tensor([0.25])}
+
+    class Grouped(installer.hook.UpstreamDelivery, installer.hook.UpstreamCompat, Upstream):
+        def personal_payload(self, client_id):
+            return group_model if client_id < 2 else None
+
+    server = Grouped()
+    alone = {n: t.detach().clone() for n, t in server.clients[2].model.state_dict().items()}
+    server.aggregate_parameters()
+    assert server.aggregated
+    for client in server.clients[:2]:
+        assert all(torch.equal(client.model.state_dict()[n], t) for n, t in group_model.items())
+    assert all(torch.equal(server.clients[2].model.state_dict()[n], t) for n, t in alone.items())
 
 
 # ----- all or nothing: real write failures part-way -------------------------------------------------------

@@ -62,6 +62,34 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(algorithm, data_dir,
     assert not folder.exists()  # checkpoints are removed once the run completes
 
 
+@pytest.mark.crossprocess
+def test_a_killed_group_sharing_run_resumes_to_the_uninterrupted_runs_arrays(data_dir, tmp_path):
+    """--lag_share groups: the group models formed at a round's aggregation reach the members with the next
+    broadcast, so a checkpoint holds them until then. Killed after checkpoints of rounds with groups, and
+    resumed, the run ends with the arrays of the run never interrupted."""
+    groups = ("--lag_share", "groups")
+    reference = server_for(data_dir, tmp_path / "clean", "-algo", "FedLAG", "-m", "DNN", "-jr", "0.5",
+                           "-gr", str(ROUNDS), *groups)
+    train(reference)
+    expected, _ = read_results(results_file(reference))
+    shared = [r for r, row in enumerate(expected["lag_groups"])
+              if any(np.bincount(layer[layer >= 0]).max(initial=0) > 1 for layer in row)]
+    assert shared and shared[0] < ROUNDS - 3, "no group formed early enough to be checkpointed"
+
+    results = tmp_path / "killed"
+    folder = results / "checkpoints" / "Toy_FedLAG_test_0"
+    killed = kill_after_checkpoints(command(data_dir, results, "FedLAG", *groups), folder, count=shared[0] + 2)
+    assert killed.returncode == -signal.SIGKILL
+    resumed = subprocess.run(command(data_dir, results, "FedLAG", *groups, "--resume"), capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed after round" in resumed.stdout
+    got, attrs = read_results(result_path(results, "Toy", "FedLAG", "test", 0))
+    assert attrs["complete"] and set(got) == set(expected)
+    for name in set(got) - TIMING:
+        assert np.array_equal(got[name], expected[name]), name
+
+
 def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path):
     for rnd in range(3):
         save_checkpoint(tmp_path, rnd, {"round": torch.tensor(rnd)})

@@ -158,8 +158,9 @@ class Client(ParkingClient):
         whose own tensors are in the client-state store is saved as it is: stand-ins, and the file's record
         under :data:`STORED_KEY` (:mod:`flcore.clients.state_store`)."""
         state = {name: export_value(self._state_value(name)) for name in self.state_names()}
-        if self._spill is not None:
-            state[STORED_KEY] = self._spill.as_state()
+        record = self.spill_record()
+        if record is not None:
+            state[STORED_KEY] = record.as_state()
         return state
 
     def check_state(self, state: object, where: str = "") -> None:
@@ -174,6 +175,8 @@ class Client(ParkingClient):
         place, a parked module keeps the saved tensors themselves."""
         self.check_state(state)
         state, record = self._split_stored(state)
+        was_parked = not self.needs_parking()
+        self._take()  # what it owns now, out of the store: the loaded values replace it
         for name in self.state_names():
             value = import_value(self._state_value(name), state[name])
             if isinstance(value, ModuleTensors):
@@ -181,7 +184,9 @@ class Client(ParkingClient):
             else:
                 setattr(self, name, value)
         if record is not None:
-            self.adopt_spill(record)
+            self.restore_spilled(record)
+        elif was_parked:  # as it was: its own tensors back in the store
+            self.park()
 
     def _split_stored(self, state: object, where: str = ""):
         """``(state without the store's record, the record or None)``; the record's file checked."""
@@ -192,8 +197,7 @@ class Client(ParkingClient):
             record = SpillRecord.from_state(state.pop(STORED_KEY))
         except ValueError as err:
             raise StateError(f"{where or 'client'}.{STORED_KEY}: {err}") from None
-        problem = ("this run keeps no client-state store" if self._store is None
-                   else self._store.problem(record))
+        problem = self._store.problem(record)
         if problem:
             raise StateError(f"{where or 'client'}: {problem}")
         return state, record
@@ -204,8 +208,10 @@ class Client(ParkingClient):
         parked = self.module_state(name)
         if parked is not None:
             return ModuleTensors(parked)
-        spilled = self.spilled_value(name)
-        return spilled if spilled is not None else getattr(self, name)
+        if name in self.__dict__:
+            return self.__dict__[name]
+        held = self.own_attribute(name)  # in the client-state store while parked
+        return held if held is not None else getattr(self, name)
 
     # ----- local training ---------------------------------------------------------------------
     def train(self) -> ClientUpdate:

@@ -86,10 +86,11 @@ class ModuleTemplate:
         self._owners: Dict[int, Tuple[str, str]] = {}
         self._interned: Dict[object, object] = {}
         self.extra_keys: set = set()  # (submodule index, attribute) a client set on a submodule
+        self._shapes: Optional[Tensors] = None
 
     def __getstate__(self) -> dict:
         # A copy (a worker's, see flcore.executors.shipping) gets no spares, and finds its own stand-ins.
-        state = dict(self.__dict__, spares=[])
+        state = dict(self.__dict__, spares=[], _shapes=None)
         del state["_owners"]
         return state
 
@@ -117,6 +118,19 @@ class ModuleTemplate:
             self._stand_ins[key] = stand_in
             self._owners[id(stand_in)] = key
         return stand_in
+
+    def shapes(self) -> Tensors:
+        """The prototype's shape-only tensors by name: each working tensor's shape, dtype and layout."""
+        if self._shapes is None:
+            self._shapes = named_tensors(self.prototype)
+        return self._shapes
+
+    def fits(self, module: nn.Module) -> bool:
+        """Whether ``module``'s tensors have this structure's names, shapes, dtypes and devices."""
+        shapes, tensors = self.shapes(), named_tensors(module)
+        return len(tensors) == len(shapes) and all(
+            name in shapes and t.shape == shapes[name].shape and t.dtype == shapes[name].dtype
+            and t.device == self.devices[name] for name, t in tensors.items())
 
     def owner(self, tensor: torch.Tensor) -> Optional[Tuple[str, str]]:
         """``(slot, name)`` of a stand-in of this template, None for any other tensor."""
@@ -156,23 +170,18 @@ def template_for(module: nn.Module) -> ModuleTemplate:
 
 
 class ParkedModule:
-    """A module as tensors: ``tensors`` (every parameter and buffer by name, never written), the names of
-    the parameters that take no gradient, each submodule's train/eval mode, and plain attributes set on
+    """A module as tensors: ``tensors`` (parameters and buffers by name, never written), the names of the
+    parameters that take no gradient, each submodule's train/eval mode, and plain attributes set on
     submodules, as ``((submodule index, name), value)`` pairs. ``own``: the names whose tensors are this
-    client's alone (copies it made or was given), not shared with others: what a state store may spill."""
+    client's alone (copies it made or was given), not shared with others. :func:`park_module` makes one
+    holding every tensor; a parked client keeps the shared ones here and its own in the client-state store
+    (:mod:`flcore.clients.parking`)."""
     __slots__ = ("template", "tensors", "frozen", "modes", "extras", "own")
 
     def __init__(self, template: ModuleTemplate, tensors: Tensors, frozen: FrozenSet[str],
                  modes: Tuple[bool, ...], extras: tuple = (), own: Optional[set] = None):
         self.template, self.tensors, self.frozen, self.modes, self.extras = template, tensors, frozen, modes, extras
         self.own = set() if own is None else own
-
-    def own_tensors(self) -> Tensors:
-        return {name: self.tensors[name] for name in self.own}
-
-    def state_dict(self) -> Tensors:
-        """Its tensors under the keys and in the order of the module's ``state_dict()``."""
-        return {key: self.tensors[key] for key in self.template.state_keys}
 
 
 def park_module(module: nn.Module, template: ModuleTemplate, reference: Mapping[str, torch.Tensor],
@@ -220,13 +229,15 @@ def _flags(module: nn.Module, template: ModuleTemplate) -> tuple:
     return frozen, modes, tuple(extras)
 
 
-def load_module(parked: ParkedModule) -> nn.Module:
-    """A working module holding ``parked``'s values, flags, modes and attributes."""
+def load_module(parked: ParkedModule, tensors: Optional[Mapping[str, torch.Tensor]] = None) -> nn.Module:
+    """A working module holding ``tensors`` (default: ``parked``'s own) and ``parked``'s flags, modes and
+    attributes."""
     template = parked.template
+    values = parked.tensors if tensors is None else tensors
     module = template.acquire()
     with torch.inference_mode(False), torch.no_grad():
         for name, tensor in named_tensors(module).items():
-            tensor.copy_(parked.tensors[name])
+            tensor.copy_(values[name])
     for name, param in module.named_parameters():
         param.grad = None
         param.requires_grad_(name not in parked.frozen)

@@ -1,33 +1,29 @@
-"""A client's modules kept as tensors between uses (parked), and the working modules that hold them in use.
+"""Where a client's tensors are, at every moment, and the two moves between those places.
 
 PFLlib gives every client a deep copy of the model: thousands of clients, thousands of models. Here a
-client keeps each of its modules (its ``model``, and any module its method adds: Ditto's personal
-model, MOON's previous base, FedROD's personal head) as a :class:`ParkedModule`: every tensor by name,
-each one either the client's own or shared with other clients (the broadcast it received, the initial
-model: tensors that nobody writes), with its parameters' ``requires_grad`` flags, its submodules'
-train/eval modes and any plain attribute a method set on them (GPFL's class weights). A FedAvg client
-after a broadcast owns no tensor at all.
+client's modules (its ``model``, and any module its method adds: Ditto's personal model, MOON's previous
+base, FedROD's personal head) and its own tensor attributes (control variates ...) are in one of two places:
 
-Reading a parked attribute (``client.model``) checks a *working module* of its structure out of its
-:class:`ModuleTemplate` (a spare one, or a new copy of the template's prototype) and loads the client's
-tensors into it; the client's optimisers, which between uses hold stand-ins in place of its parameters,
-are pointed at the working module's. :meth:`ParkingClient.park` does the reverse: a tensor that still
-holds the bits it was loaded with (or those of the latest broadcast) stays shared, any other is copied
-as the client's own, the optimisers get their stand-ins back, and the module returns to the pool.
-Parking never changes a value, so every result is bit-identical to holding each module all the time.
+* **in use** (between :meth:`ParkingClient.check_out` and :meth:`~ParkingClient.park`): plain attributes of
+  the client, ``self.model`` a working module from its structure's pool (:class:`ModuleTemplate`), its
+  optimisers pointing at that module's parameters. Algorithm code runs here: the executors check a client
+  out, run its hooks, and park it.
+* **parked** (any other time): for each module a :class:`ParkedModule` on the client, which holds its
+  structure, flags and modes and references to the tensors it shares with other clients (the broadcast
+  it received, the initial model: tensors nobody writes); and, in the run's client-state store
+  (:mod:`flcore.clients.state_store`), one entry of what is the client's own alone, ``{key: tensor}`` with
+  keys ``module/<slot>/<name>`` and ``attr/<attribute>[/<key>]``, in memory or spilled to a file. The
+  optimisers hold stand-ins in place of the parameters. A FedAvg client after a broadcast owns nothing: it
+  has no entry.
 
-Who parks: the executors after each client they train or evaluate, the server after building its
-clients, and the round loop between the server's hooks. A working module must not be held by
-reference across those points; an upload's tensors, which are views of it, are moved onto the parked
-tensors by :meth:`ParkingClient.release`.
-
-What a parked client owns (its tensors no other client shares, and tensors held in its
-``persistent_attrs``: control variates and the like) is counted by the run's client-state store after
-each use (:mod:`flcore.clients.state_store`). When the store is over its budget it has the least recently
-used client :meth:`~ParkingClient.spill` them to a file: the client keeps shape-only stand-ins, and reads
-its tensors back before anything of its state is used again (a module checked out, tensors read or set,
-a spilled attribute read). Only :meth:`~ParkingClient.module_state` and
-:meth:`~ParkingClient.spilled_value`, which a checkpoint reads, leave a spilled client as it is.
+Parking never changes a value: a tensor that still holds the bits it was checked out with (or those of
+the latest broadcast) stays shared, any other is copied as the client's own, so every result is
+bit-identical to holding each module all the time. The server delivers what a client receives into its
+parked modules (:meth:`~ParkingClient.receive_tensors`: references to frozen tensors, no copies). Who parks:
+the executors after each client they train or evaluate, the server after building its clients, and the
+round loop between the server's hooks (a hook may use any client; none stays in use beyond it). A working
+module must not be held by reference across those points; an upload's tensors, which are views of it, are
+moved onto the parked tensors by :meth:`~ParkingClient.release`.
 """
 from __future__ import annotations
 
@@ -43,105 +39,123 @@ from flcore.clients.parked_modules import (FrozenTensors, ModuleTemplate, Parked
                                           swap_parameters, template_for, tensor_key)
 from flcore.clients.state_store import ClientStateStore, SpillRecord
 
-# Keys of a spilled client's file: "module/<slot>/<tensor name>" and "attr/<attribute>[/<key>]".
+# Keys of a client's entry in the store: "module/<slot>/<tensor name>" and "attr/<attribute>[/<key>]".
 _MODULE_KEY, _ATTR_KEY = "module", "attr"
+
+
+def module_key(slot: str, name: str) -> str:
+    return f"{_MODULE_KEY}/{slot}/{name}"
 
 
 class ParkingClient:
     """The part of a client that keeps its modules parked between uses (see the module docstring).
 
-    Any attribute holding a module with tensors is parked; reading it checks it out again. Optimisers
-    held in attributes follow their parameters. Subclasses set ``_parked`` and ``_live`` first thing."""
+    Any attribute holding a module with tensors is parked; reading it while parked checks the client out.
+    Subclasses call :meth:`_start_parking` first thing."""
 
     _parked: Dict[str, ParkedModule]
     # checked-out slot -> (template, the tensors loaded, which of them were the client's own)
     _live: Dict[str, Tuple[ModuleTemplate, Tensors, set]]
-    _store: Optional[ClientStateStore]    # the run's client-state store (None: nothing is ever spilled)
-    _spill: Optional[SpillRecord]         # where the own tensors are while spilled
-    _spilled_attrs: Dict[str, object]     # attribute -> its shape-only stand-in while spilled
-    _touched: bool                        # used since the store last counted it
+    _store: ClientStateStore
+    _taken: Optional[Tensors]  # its store entry while in use (out of the table), else None
 
     def _start_parking(self, store: Optional[ClientStateStore] = None) -> None:
-        for name, value in (("_parked", {}), ("_live", {}), ("_store", store), ("_spill", None),
-                            ("_spilled_attrs", {}), ("_touched", False)):
+        for name, value in (("_parked", {}), ("_live", {}), ("_store", store or ClientStateStore()),
+                            ("_taken", None)):
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str):
         state = self.__dict__
-        if name in state.get("_spilled_attrs", ()):
-            self._read_back()
-            return state[name]
         parked = state.get("_parked")
-        if parked is None or name not in parked:
+        if parked is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return self._check_out(name)
+        if name in parked or name in self._parked_attributes():
+            self.check_out()
+            if name in state:
+                return state[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value) -> None:
-        state = self.__dict__
-        if name in state.get("_spilled_attrs", ()):
-            self._read_back()
-        parked = state.get("_parked")
+        parked = self.__dict__.get("_parked")
         if parked and name in parked:
-            del parked[name]
+            del parked[name]  # replaced while parked: the new value is what the client holds
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name in self.__dict__.get("_spilled_attrs", ()):
-            self._read_back()
         parked = self.__dict__.get("_parked")
         if parked and name in parked:
             del parked[name]
         else:
             object.__delattr__(self, name)
 
+    # ----- the two places ------------------------------------------------------------------------
     def hold_copy(self, slot: str, module: nn.Module) -> None:
         """Give the client a copy of ``module`` as attribute ``slot``, parked: its tensors shared with every
         client given the same, unchanged module."""
-        self._read_back()
         self.__dict__.pop(slot, None)
         self._live.pop(slot, None)
         self._parked[slot] = parked_copy(module, frozen_state(module))
 
-    def _check_out(self, slot: str) -> nn.Module:
-        self._read_back()
-        parked = self._parked.pop(slot)
-        module = load_module(parked)
-        self.__dict__[slot] = module
-        self._live[slot] = (parked.template, dict(parked.tensors), set(parked.own))
-        params = dict(module.named_parameters())
-        template = parked.template
-
-        def swap(param):
-            owner = template.owner(param)
-            return params[owner[1]] if owner is not None and owner[0] == slot else param
-        swap_parameters(self, swap)
-        return module
-
-    def check_out_all(self) -> None:
-        """Check every parked module out (a copy of the client that travels then holds plain modules)."""
-        self._read_back()
+    def check_out(self) -> None:
+        """Put the client in use: every parked module becomes a working module in its attribute, and its own
+        tensor attributes are attributes again (read back from the store's file if it was spilled)."""
+        own = self._take()
         for slot in list(self._parked):
-            self._check_out(slot)
+            parked = self._parked.pop(slot)
+            tensors = {**parked.tensors, **{name: own.pop(module_key(slot, name)) for name in parked.own}}
+            module = load_module(parked, tensors)
+            self.__dict__[slot] = module
+            self._live[slot] = (parked.template, tensors, set(parked.own))
+            params = dict(module.named_parameters())
+            template = parked.template
+
+            def swap(param, slot=slot, template=template, params=params):
+                owner = template.owner(param)
+                return params[owner[1]] if owner is not None and owner[0] == slot else param
+            swap_parameters(self, swap)
+        for attr, value in _attributes_of(own).items():
+            if attr not in self.__dict__:  # one set while parked is newer than the store's
+                object.__setattr__(self, attr, value)
+        self._taken = {}
+
+    def _take(self) -> Tensors:
+        """Its entry, out of the store (and what it took out before, if it is in use already)."""
+        if self._taken is None:
+            self._taken = self._store.take(self.id)
+        return self._taken
+
+    def check_out_all(self) -> None:  # the name executors used before check_out
+        self.check_out()
 
     def is_parked(self, slot: str = "model") -> bool:
         return slot in self._parked
 
     def has_live_modules(self) -> bool:
-        """Whether any module attribute is checked out (or was set and never parked)."""
+        """Whether any module attribute is in use (or was set and never parked)."""
         return any(parkable(value) for value in vars(self).values())
 
     def needs_parking(self) -> bool:
-        """Whether a module is checked out, or tensors were set since the store last counted the client
-        (a broadcast received while parked: what it owns shrank)."""
-        return self._touched or self.has_live_modules()
+        """Whether the client is in use (checked out, or a module set and never parked)."""
+        return self._taken is not None or self.has_live_modules()
 
     def park(self) -> Dict[tuple, torch.Tensor]:
-        """Park every module attribute (see the module docstring); returns, for :func:`rebind`, each
-        working tensor's key and the tensor the client kept in its place."""
+        """Park every module attribute and give the store the client's own tensors (see the module
+        docstring); returns, for :func:`rebind`, each working tensor's key and the tensor kept in its place."""
         moved: Dict[tuple, torch.Tensor] = {}
         seen: Dict[int, str] = {}
         slots = [(slot, value) for slot, value in vars(self).items() if parkable(value)]
-        used = bool(slots)  # a module was checked out: the client counts as just used (see the store's LRU)
+        attributes = self._own_attributes()
+        # An attribute set while parked (SCAFFOLD's received control) replaces what the store held for it.
+        replaced = {key for key in (self._store.keys(self.id) if self._taken is None else self._taken)
+                    if _attribute_of(key) in self.__dict__}
+        if not slots and not attributes and not replaced and self._taken is None:
+            return moved  # parked already
+        used = bool(slots) or self._taken is not None
+        # What it owns already: out of the store while in use, else (an attribute set on a parked client) its
+        # entry there, to which the new values are added.
+        own = self._taken if self._taken is not None else self._store.get(self.id)
+        for key in replaced:
+            del own[key]
         # Gradients first: parking copies what the client owns, and those copies are the peak of a round
         # where every slot's gradients are still held beside them. (An update that carries gradients holds
         # its own references to them.)
@@ -153,26 +167,27 @@ class ParkingClient:
                 if seen.setdefault(id(tensor), slot) != slot:
                     raise RuntimeError(f"client attributes {seen[id(tensor)]!r} and {slot!r} hold the same "
                                        f"tensors; a client's modules must each own theirs")
-            template, reference, own = self._live.pop(slot, (None, {}, set()))
-            template = template or template_for(value)
-            parked = park_module(value, template, reference, own, self._make_room)
+            template, reference, own_before = self._live.pop(slot, (None, {}, set()))
+            if template is None or not template.fits(value):  # set anew, or changed in use (.double())
+                template = template_for(value)
+            parked = park_module(value, template, reference, own_before,
+                                 lambda nbytes: self._store.make_room(nbytes, keep=self.id))
             working = named_tensors(value)
             moved.update((tensor_key(working[name]), parked.tensors[name]) for name in working)
+            for name in parked.own:
+                own[module_key(slot, name)] = parked.tensors.pop(name)
             ids = {id(p): name for name, p in value.named_parameters()}
             swap_parameters(self, lambda p: template.stand_in(slot, ids[id(p)], p) if id(p) in ids else p)
             del self.__dict__[slot]
             self._parked[slot] = parked
             template.release(value)
         self._live.clear()
-        if (used or self._touched) and self._store is not None:
-            self._store.note(self, used)
-        self._touched = False
+        for attr, value in attributes.items():
+            own.update(_attribute_keys(attr, value))
+            del self.__dict__[attr]
+        self._taken = None
+        self._store.put(self.id, own, used=used)
         return moved
-
-    def _make_room(self, nbytes: int) -> None:
-        """``nbytes`` more of this client's own are about to be made: the store spills others first."""
-        if self._store is not None:
-            self._store.make_room(nbytes, keep=self)
 
     def release(self, update=None):
         """Park, and move ``update``'s tensors (views of the working modules) onto what the client kept."""
@@ -182,12 +197,21 @@ class ParkingClient:
                 rebind(part, moved)
         return update
 
+    # ----- reading and setting tensors of a parked client -------------------------------------------
     def module_tensors(self, slot: str = "model") -> Tensors:
         """Every tensor of module ``slot`` by name, without checking it out (never write them)."""
-        self._read_back()
         if slot in self._parked:
-            return dict(self._parked[slot].tensors)
+            return self._parked_values(slot, self._entry())
         return named_tensors(getattr(self, slot))
+
+    def _entry(self) -> Tensors:
+        """Its own tensors as they are now (read back from the store's file if spilled)."""
+        return self._taken if self._taken is not None else self._store.get(self.id)
+
+    def _parked_values(self, slot: str, own: Mapping[str, torch.Tensor]) -> Tensors:
+        parked = self._parked[slot]
+        return {name: parked.tensors[name] if name in parked.tensors else own[module_key(slot, name)]
+                for name in parked.template.names}
 
     def receive_tensors(self, values: Mapping[str, torch.Tensor], slot: str = "model",
                         frozen: Optional[bool] = None) -> None:
@@ -195,26 +219,46 @@ class ParkingClient:
         ``values`` is a :class:`FrozenTensors`): nobody writes them any more, so a parked client keeps
         references, not copies."""
         frozen = isinstance(values, FrozenTensors) if frozen is None else frozen
-        self._read_back()
-        self._touched = True
-        if slot in self._parked:
-            parked = self._parked[slot]
-            tensors = parked.tensors
-            for name, value in values.items():
-                if name not in tensors:
-                    raise KeyError(f"{name!r} is not a parameter or buffer of {slot}")
-                current = tensors[name]
-                same_kind = (value.shape == current.shape and value.dtype == current.dtype
-                             and value.device == current.device)
-                if frozen and same_kind:
-                    # The tensor itself, not a view per client: a view object is about 280 bytes, 35 KB a
-                    # client for ResNet18's 122 tensors.
-                    tensors[name] = value.detach() if value.requires_grad else value
-                    parked.own.discard(name)
-                else:
-                    tensors[name] = torch.empty_like(current).copy_(value)
-                    parked.own.add(name)
+        if slot not in self._parked:
+            self._receive_live(values, slot, frozen)
             return
+        parked = self._parked[slot]
+        template = parked.template
+        shapes = template.shapes()
+        kept, copied = {}, {}
+        for name, value in values.items():
+            if name not in shapes:
+                raise KeyError(f"{name!r} is not a parameter or buffer of {slot}")
+            # The template says what the tensor is like, so a spilled client need not read its own ones back.
+            like = shapes[name]
+            same_kind = (value.shape == like.shape and value.dtype == like.dtype
+                         and value.device == template.devices[name])
+            if frozen and same_kind:
+                # The tensor itself, not a view per client: a view object is about 280 bytes, 35 KB a client
+                # for ResNet18's 122 tensors.
+                kept[name] = value.detach() if value.requires_grad else value
+            else:
+                copied[name] = torch.empty_like(like, device=template.devices[name]).copy_(value)
+        parked.tensors.update(kept)
+        self._change_own(slot, drop=set(kept) & parked.own, add=copied)
+
+    def _change_own(self, slot: str, drop: set, add: Mapping[str, torch.Tensor]) -> None:
+        """Names ``drop`` of module ``slot`` are shared now, ``add``'s the client's own (a recount in the store,
+        not a use: its place there stays)."""
+        if not drop and not add:
+            return
+        parked = self._parked[slot]
+        entry = self._entry() if self._taken is None else self._taken
+        for name in drop:
+            entry.pop(module_key(slot, name), None)
+        for name, tensor in add.items():
+            parked.tensors.pop(name, None)
+            entry[module_key(slot, name)] = tensor
+        parked.own = (parked.own - drop) | set(add)
+        if self._taken is None:
+            self._store.put(self.id, entry, used=False)
+
+    def _receive_live(self, values: Mapping[str, torch.Tensor], slot: str, frozen: bool) -> None:
         module = getattr(self, slot)
         target = named_tensors(module)
         with torch.no_grad():
@@ -234,47 +278,70 @@ class ParkingClient:
         templates, shared = [], []
         for parked in self._parked.values():
             templates.append(parked.template)
-            shared.extend(t for name, t in parked.tensors.items() if name not in parked.own)
+            shared.extend(parked.tensors.values())
         for value in vars(self).values():
             if isinstance(value, FrozenTensors):
                 shared.extend(value.values())
         return templates, shared
 
     def detached(self) -> "ParkingClient":
-        """A shallow copy, parked and read back from the store, sharing this client's parked modules and
-        using no store (what travels to a worker; the executor sets its data there)."""
+        """A shallow copy, parked, sharing this client's parked modules and holding its own tensors in a
+        store of its own (what travels to a worker; the executor sets its data there)."""
         self.park()
-        self._read_back()
         copied = copy.copy(self)
         copied._start_parking()
-        copied._parked.update(self._parked)
+        copied._parked.update((slot, copy.copy(parked)) for slot, parked in self._parked.items())
+        copied._store.put(self.id, self._store.get(self.id))
         return copied
 
     def module_state(self, slot: str) -> Optional[Tensors]:
         """The ``state_dict`` of module ``slot`` while it is parked (never write it), else None. A spilled
         client is left spilled: its own tensors are shape-only stand-ins here (a checkpoint names the file)."""
         parked = self._parked.get(slot)
-        return None if parked is None else parked.state_dict()
+        if parked is None:
+            return None
+        values = self._parked_values(slot, self._peek()[0])
+        return {key: values[key] for key in parked.template.state_keys}
 
-    def spilled_value(self, name: str):
-        """The shape-only stand-in of attribute ``name`` while it is spilled, else None."""
-        return self._spilled_attrs.get(name)
+    def _peek(self) -> Tuple[Tensors, Optional[SpillRecord]]:
+        return (self._taken, None) if self._taken is not None else self._store.peek(self.id)
+
+    def own_attribute(self, name: str):
+        """Own tensor attribute ``name`` as it is now, without checking the client out (a spilled client's
+        stand-ins), or None when the client holds no such own attribute."""
+        if name in self.__dict__:
+            return self.__dict__[name]
+        return _attributes_of(self._peek()[0]).get(name)
+
+    def spill_record(self) -> Optional[SpillRecord]:
+        """The file its own tensors are in while spilled, else None."""
+        return self._peek()[1]
 
     def load_module_state(self, slot: str, state: Mapping[str, torch.Tensor]) -> None:
         """Load ``state`` (a ``state_dict``, checked) into parked module ``slot``, keeping references to its
         tensors (they must be nobody else's to write, so they count as the client's own), except where the
         bits are those held already."""
-        self._read_back()
-        self._touched = True
-        parked = self._parked[slot]
-        for name, value in state.items():
-            if not same_bits(value, parked.tensors[name]):
-                parked.tensors[name] = value
-                parked.own.add(name)
+        current = self._parked_values(slot, self._entry())
+        self._change_own(slot, drop=set(), add={name: value for name, value in state.items()
+                                                  if not same_bits(value, current[name])})
 
-    # ----- the client-state store ---------------------------------------------------------------
-    def use_store(self, store: Optional[ClientStateStore]) -> None:
+    def restore_spilled(self, record: SpillRecord) -> None:
+        """The state just loaded (a checkpoint's) has its own tensors, as stand-ins, in ``record``'s file
+        (checked): the store keeps the entry there until it is read back."""
+        entry = dict(self._taken if self._taken is not None else self._store.get(self.id))
+        for attr, value in self._own_attributes().items():
+            entry.update(_attribute_keys(attr, value))
+            del self.__dict__[attr]
+        self._taken = None
+        self._store.adopt(self.id, record, entry)
+
+    # ----- what the client owns -------------------------------------------------------------------
+    def use_store(self, store: ClientStateStore) -> None:
+        """Keep its own tensors in ``store`` (the run's), moving there any it holds in another."""
+        entry = self._store.take(self.id) if self._store is not store else None
         object.__setattr__(self, "_store", store)
+        if entry:
+            store.put(self.id, entry)
 
     def _own_attributes(self) -> Dict[str, object]:
         """Persistent attributes holding tensors (a tensor, or a dict of them) that are the client's own: not
@@ -289,73 +356,44 @@ class ParkingClient:
                 found[name] = value
         return found
 
+    def _parked_attributes(self) -> set:
+        """Names of own attributes the store holds while the client is parked."""
+        return set(_attributes_of(self._peek()[0]))
+
     def own_tensors(self) -> Tensors:
-        """What the client owns, by its key in a spill file (see ``_MODULE_KEY``); empty while spilled."""
-        if self._spill is not None:
-            return {}
-        own = {f"{_MODULE_KEY}/{slot}/{name}": t for slot, parked in self._parked.items()
-               for name, t in parked.own_tensors().items()}
-        for name, value in self._own_attributes().items():
-            if isinstance(value, torch.Tensor):
-                own[f"{_ATTR_KEY}/{name}"] = value
-            else:
-                own.update((f"{_ATTR_KEY}/{name}/{key}", t) for key, t in value.items())
-        return own
+        """What the client owns, by its key in the store (the client parked)."""
+        return dict(self._peek()[0])
 
     def own_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.own_tensors().values())
-
-    def spill(self) -> None:
-        """Move what the client owns to the store's file, keeping shape-only stand-ins (it is parked)."""
-        own = self.own_tensors()
-        if self._spill is not None or not own or self._store is None:
-            return
-        record = self._store.write(own)
-        for parked in self._parked.values():
-            for name in parked.own:
-                parked.tensors[name] = _stand_in(parked.tensors[name])
-        for name, value in self._own_attributes().items():
-            del self.__dict__[name]
-            self._spilled_attrs[name] = (_stand_in(value) if isinstance(value, torch.Tensor)
-                                         else {key: _stand_in(t) for key, t in value.items()})
-        self._spill = record
-
-    def adopt_spill(self, record: SpillRecord) -> None:
-        """The state just loaded (a checkpoint's) has its own tensors in ``record``'s file (checked):
-        the stand-ins it loaded stay until they are read back."""
-        for name, value in list(vars(self).items()):
-            if name in getattr(self, "persistent_attrs", ()) and holds_stand_ins(value):
-                self._spilled_attrs[name] = self.__dict__.pop(name)
-        self._spill = record
-        self._store.adopt(record)
-        self._store.forget(self)
-
-    def _read_back(self) -> None:
-        """Read spilled tensors back from the store (a no-op unless spilled)."""
-        record = self.__dict__.get("_spill")
-        if record is None:
-            return
-        self._store.make_room(record.nbytes, keep=self)
-        tensors = self._store.read(record)
-        for key, tensor in tensors.items():
-            kind, _, rest = key.partition("/")
-            if kind == _MODULE_KEY:
-                slot, _, name = rest.partition("/")
-                self._parked[slot].tensors[name] = tensor
-                self._parked[slot].own.add(name)
-        for name, stand_in in self._spilled_attrs.items():
-            value = (tensors[f"{_ATTR_KEY}/{name}"] if isinstance(stand_in, torch.Tensor)
-                     else {key: tensors[f"{_ATTR_KEY}/{name}/{key}"] for key in stand_in})
-            object.__setattr__(self, name, value)
-        self._spilled_attrs.clear()
-        self._spill = None
-        self._touched = True
-        self._store.released(record)
+        return self._store.owned_bytes(self.id)
 
 
-def _stand_in(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``tensor``'s shape and dtype that holds no values (on the meta device)."""
-    return torch.empty_like(tensor, device="meta")
+def _attribute_keys(attr: str, value) -> Tensors:
+    """An own attribute's tensors under their store keys."""
+    if isinstance(value, torch.Tensor):
+        return {f"{_ATTR_KEY}/{attr}": value}
+    return {f"{_ATTR_KEY}/{attr}/{key}": t for key, t in value.items()}
+
+
+def _attribute_of(key: str) -> Optional[str]:
+    """The attribute a store key belongs to (``attr/control/w`` -> ``control``), None for a module's."""
+    kind, _, rest = key.partition("/")
+    return rest.partition("/")[0] if kind == _ATTR_KEY else None
+
+
+def _attributes_of(entry: Mapping[str, torch.Tensor]) -> Dict[str, object]:
+    """The own attributes a store entry holds, as the client holds them (a tensor, or a dict of them)."""
+    found: Dict[str, object] = {}
+    for key, tensor in entry.items():
+        kind, _, rest = key.partition("/")
+        if kind != _ATTR_KEY:
+            continue
+        attr, sep, sub = rest.partition("/")
+        if sep:
+            found.setdefault(attr, {})[sub] = tensor
+        else:
+            found[attr] = tensor
+    return found
 
 
 def is_stand_in(tensor: torch.Tensor) -> bool:

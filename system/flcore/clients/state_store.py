@@ -1,19 +1,22 @@
-"""The client-state store: what clients own kept in memory up to a budget (``--state_memory``), the least
-recently used clients' own tensors beyond it in files under the run's folder, read back when used.
+"""The client-state store: the one table of what each client owns, by client id, kept in memory up to a
+budget (``--state_memory``), the least recently used clients' entries beyond it in files under the run's
+folder, read back when asked for.
 
-Parking (:mod:`flcore.clients.parking`) leaves a client only what is its own: the tensors no other client
-shares (a personal model, a head, control variates). For FedAvg that is nothing; for Ditto, Local, APFL,
-pFedMe, SCAFFOLD ... it is a model's worth or more per client, which thousands of clients cannot all keep
-in memory. The store counts what each client owns after each use (most recent last). While the total is
-over the budget, the least recently used client's own tensors go to one file and are replaced by
-shape-only (``meta``) stand-ins; anything that reads the client's state reads them back first. Spilling
-never changes a value: results are the same with any budget.
+A parked client (:mod:`flcore.clients.parking`) keeps only references to tensors other clients share too
+(the round's broadcast, the initial model) and the structure of its modules; what is its own alone (a
+personal model, a head, control variates) is an entry of this table, ``{key: tensor}`` with keys
+``module/<slot>/<name>`` and ``attr/<attribute>[/<key>]``. For FedAvg that is nothing; for Ditto, Local,
+APFL, pFedMe, SCAFFOLD ... it is a model's worth or more per client, which thousands of clients cannot all
+keep in memory. A client puts its entry in when it is parked (most recent last) and takes it out when it is
+used; while the entries in memory are over the budget, the least recently used one goes to a file and
+leaves shape-only (``meta``) stand-ins. The table never calls a client: it holds values. Spilling never
+changes a value: results are the same with any budget.
 
 Files are safetensors (tensors only: nothing is executed to load them), named by the SHA-256 of their
 bytes, written atomically and never changed; their mode follows the umask, as the checkpoints beside them
 do. A file whose bytes do not hash to its name was truncated or altered; it is named and refused, and a
 spill of the same bytes puts a good file in its place. A checkpoint records which file holds each spilled
-client's tensors (shared tensors are saved once, own ones once: not one model copy per client), and the
+client's entry (shared tensors are saved once, own ones once: not one model copy per client), and the
 store keeps every file a kept checkpoint names until the checkpoint goes. A folder at a file's name is not
 the store's: it is left alone, and a spill that needs the name stops the run saying so.
 """
@@ -29,12 +32,11 @@ import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, Mapping, Optional
+from typing import Dict, FrozenSet, Mapping, Optional, Tuple
 
 import torch
 
 from dataset.utils.atomic_io import create_temp_file
-from utils.checkpoint import KEEP
 from utils.memory_release import release_free_memory
 from utils.sizes import format_size
 
@@ -75,82 +77,152 @@ class SpillRecord:
 
 
 class ClientStateStore:
-    """The store of one run (see the module docstring). ``budget``: bytes of own tensors kept in memory
-    (None: no limit). ``folder``: where spilled files go; the run sets it under its checkpoint folder, and
-    a temporary folder is made at the first spill when it is unset."""
+    """The table of one run (see the module docstring). ``budget``: bytes of entries kept in memory (None: no
+    limit). ``folder``: where spilled files go (the run's ``<checkpoints>/client-state``); a temporary folder
+    is made at the first spill when it is None."""
 
     def __init__(self, budget: Optional[int] = None, folder: Optional[Path] = None):
         self.budget = budget
         self.folder = folder
-        self._resident: "OrderedDict[int, tuple]" = OrderedDict()  # id(client) -> (client, bytes owned)
+        self._memory: "OrderedDict[int, Tensors]" = OrderedDict()  # client id -> its entry, least recent first
+        self._nbytes: Dict[int, int] = {}                             # client id -> bytes of its entry in memory
+        self._files: Dict[int, SpillRecord] = {}                      # client id -> the file its entry is in
         self.resident_bytes = 0
-        self._uploading: set = set()  # id(client) of clients whose tensors the round's uploads hold
-        self._live: Counter = Counter()                 # digest -> spilled clients whose state it holds
+        self._uploading: set = set()  # ids of clients whose tensors the round's uploads hold
+        self._live: Counter = Counter()                 # digest -> spilled clients whose entry it holds
         self._pinned: Dict[int, FrozenSet[str]] = {}    # checkpoint round -> the digests it names
         self._cleanup = None
         self._spilled_since_trim = 0
         self.spilled_files = 0   # files written, and read back, over the run (benchmarks/scale.py reads them)
         self.read_files = 0
 
-    # ----- what clients own ---------------------------------------------------------------------
-    def note(self, client, used: bool = True) -> None:
-        """``client`` was parked after a use (``used``), or after tensors were only set into it (a broadcast):
-        count what it owns now, as the most recent if it was used, and spill the least recent clients while
-        the total is over the budget."""
-        key = id(client)
-        _, before = self._resident.get(key, (None, 0))
-        self.resident_bytes -= before
-        owned = client.own_bytes()
-        if used or not owned:  # re-entered below as the most recent; a recount keeps its place
-            self._resident.pop(key, None)
-        if not owned:
+    # ----- the table ----------------------------------------------------------------------------
+    def put(self, client_id: int, tensors: Mapping[str, torch.Tensor], used: bool = True) -> None:
+        """Client ``client_id`` owns ``tensors`` now (its entry, replacing any it had): as the most recently
+        used when ``used``, else (a recount after a broadcast) in its place. The least recently used entries
+        go to files while the total is over the budget."""
+        record = self._files.pop(client_id, None)
+        if record is not None:
+            self.released(record)
+        self.resident_bytes -= self._nbytes.pop(client_id, 0)
+        if not tensors:
+            self._memory.pop(client_id, None)
             return
+        owned = _nbytes(tensors)
         if self.budget is not None and owned > self.budget:
+            self._memory.pop(client_id, None)
             raise StoreError(f"--state_memory {format_size(self.budget)} cannot hold one client's own state "
-                             f"(client {client.id} keeps {format_size(owned)}); raise --state_memory")
-        self._resident[key] = (client, owned)
+                             f"(client {client_id} keeps {format_size(owned)}); raise --state_memory")
+        self._memory[client_id] = dict(tensors)  # a recount keeps the entry's place; a new one comes last
+        if used:
+            self._memory.move_to_end(client_id)
+        self._nbytes[client_id] = owned
         self.resident_bytes += owned
         self.make_room(0)
 
-    def make_room(self, nbytes: int, keep=None) -> None:
-        """Spill the least recently used clients (never ``keep``) until ``nbytes`` more fit in the budget:
-        a client about to read its tensors back makes room first, so the store never holds more."""
+    def get(self, client_id: int) -> Tensors:
+        """Client ``client_id``'s entry ({} when it owns nothing), read back from its file if spilled (room is
+        made first); it stays in the table, in its place."""
+        if client_id in self._files:
+            self._read_back(client_id)
+        return dict(self._memory.get(client_id, {}))
+
+    def take(self, client_id: int) -> Tensors:
+        """:meth:`get`, and the entry leaves the table: the client holds it while in use, and puts it back
+        when parked (a client in use is never spilled: it is not in the table)."""
+        tensors = self.get(client_id)
+        self._drop(client_id)
+        return tensors
+
+    def peek(self, client_id: int) -> Tuple[Tensors, Optional[SpillRecord]]:
+        """The entry as it is, nothing read back: its tensors, or, when spilled, shape-only stand-ins of them and
+        the file's record (what a checkpoint saves: the file's name, not a copy)."""
+        record = self._files.get(client_id)
+        if record is None:
+            return dict(self._memory.get(client_id, {})), None
+        return dict(self._memory[client_id]), record
+
+    def keys(self, client_id: int) -> FrozenSet[str]:
+        """The keys of client ``client_id``'s entry (nothing read back)."""
+        return frozenset(self._memory.get(client_id, ()))
+
+    def owned_bytes(self, client_id: int) -> int:
+        """Bytes of client ``client_id``'s entry, in memory or in its file."""
+        record = self._files.get(client_id)
+        return record.nbytes if record is not None else self._nbytes.get(client_id, 0)
+
+    def is_spilled(self, client_id: int) -> bool:
+        return client_id in self._files
+
+    def adopt(self, client_id: int, record: SpillRecord, stand_ins: Mapping[str, torch.Tensor]) -> None:
+        """Client ``client_id``'s entry, as a checkpoint saved it, is in ``record``'s file (checked already);
+        ``stand_ins``: its keys, shape-only, until it is read back."""
+        self._drop(client_id)
+        self._memory[client_id] = dict(stand_ins)
+        self._memory.move_to_end(client_id, last=False)  # not used since: the first to go again
+        self._files[client_id] = record
+        self._live[record.digest] += 1
+
+    def make_room(self, nbytes: int, keep: Optional[int] = None) -> None:
+        """Spill the least recently used entries (never client ``keep``'s) until ``nbytes`` more fit in the
+        budget: a client about to copy or read back tensors makes room first, so the table never holds more."""
         if self.budget is None or self.resident_bytes + nbytes <= self.budget:
             return
-        # Least recent first. A client whose tensors this round's uploads hold stays: spilling it would
-        # write a file and free nothing until the server has aggregated; so does one in use.
+        # Least recent first. A client whose tensors this round's uploads hold stays: spilling it would write a
+        # file and free nothing until the server has aggregated.
         while self.resident_bytes + nbytes > self.budget:
-            victim_key = next((k for k, (client, _) in self._resident.items()
-                               if k not in self._uploading and client is not keep and not client.has_live_modules()),
-                              None)
-            if victim_key is None:
+            victim = next((cid for cid in self._memory if cid not in self._files and cid not in self._uploading
+                           and cid != keep), None)
+            if victim is None:
                 break
-            victim, spilled = self._resident.pop(victim_key)
-            self.resident_bytes -= spilled
-            victim.spill()
-            self._spilled_since_trim += spilled
+            self._spill(victim)
         # What the victims held was freed among live blocks, where glibc keeps it (utils/memory_release.py).
         # A trim walks the whole heap, so it waits until a sizeable amount was freed.
         if self._spilled_since_trim >= TRIM_AFTER_BYTES:
             release_free_memory()
             self._spilled_since_trim = 0
 
-    def uploading(self, clients) -> None:
-        """``clients`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
-        self._uploading.update(id(client) for client in clients)
+    def uploading(self, client_ids) -> None:
+        """Clients ``client_ids`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
+        self._uploading.update(client_ids)
 
     def uploading_bytes(self) -> int:
-        """What the clients whose tensors the round's uploads hold own (counted, never spilled)."""
-        return sum(nbytes for key, (_, nbytes) in self._resident.items() if key in self._uploading)
+        """What the clients whose tensors the round's uploads hold own in memory (never spilled)."""
+        return sum(self._nbytes.get(cid, 0) for cid in self._uploading if cid not in self._files)
 
     def uploaded(self) -> None:
         """The round's uploads are gone (aggregated): their clients may spill again."""
         self._uploading.clear()
 
-    def forget(self, client) -> None:
-        """``client`` no longer owns what was counted (it spilled, or is gone)."""
-        _, nbytes = self._resident.pop(id(client), (None, 0))
-        self.resident_bytes -= nbytes
+    def _spill(self, client_id: int) -> None:
+        tensors = self._memory[client_id]
+        record = self.write(tensors)
+        self._memory[client_id] = {key: t.to("meta") for key, t in tensors.items()}
+        self._files[client_id] = record
+        spilled = self._nbytes.pop(client_id)
+        self.resident_bytes -= spilled
+        self._spilled_since_trim += spilled
+
+    def _read_back(self, client_id: int) -> None:
+        record = self._files[client_id]
+        self.make_room(record.nbytes, keep=client_id)
+        tensors = self.read(record)
+        # The stand-ins come back from the file; an entry a checkpoint restored may also hold tensors it saved
+        # in full (what the client held by reference then, its own now), which stay.
+        self._memory[client_id] = {key: tensors[key] if value.device.type == "meta" else value
+                                   for key, value in self._memory[client_id].items()}
+        del self._files[client_id]
+        self._nbytes[client_id] = _nbytes(self._memory[client_id])
+        self.resident_bytes += self._nbytes[client_id]
+        self.released(record)
+
+    def _drop(self, client_id: int) -> None:
+        """Client ``client_id``'s entry leaves the table (its file, if any, is no longer named by it)."""
+        self._memory.pop(client_id, None)
+        self.resident_bytes -= self._nbytes.pop(client_id, 0)
+        record = self._files.pop(client_id, None)
+        if record is not None:
+            self.released(record)
 
     # ----- files --------------------------------------------------------------------------------
     def write(self, tensors: Mapping[str, torch.Tensor]) -> SpillRecord:
@@ -215,15 +287,11 @@ class ClientStateStore:
         return tensors
 
     def released(self, record: SpillRecord) -> None:
-        """A client read ``record`` back: its file goes unless another client or a kept checkpoint names it."""
+        """No client's entry is in ``record``'s file any more: it goes unless another or a kept checkpoint names it."""
         self._live[record.digest] -= 1
         if self._live[record.digest] <= 0:
             del self._live[record.digest]
             self._remove_unnamed({record.digest})
-
-    def adopt(self, record: SpillRecord) -> None:
-        """A client loaded from a checkpoint holds ``record`` (checked already)."""
-        self._live[record.digest] += 1
 
     def path_of(self, record: SpillRecord) -> Path:
         return self._folder() / f"{record.digest}.safetensors"
@@ -240,12 +308,12 @@ class ClientStateStore:
         return None
 
     # ----- checkpoints --------------------------------------------------------------------------
-    def pin(self, rnd: int) -> None:
+    def pin(self, rnd: int, kept: int) -> None:
         """A checkpoint of round ``rnd`` names the files spilled clients hold now: keep them while it is
-        kept (the newest :data:`KEEP`, as checkpoints are pruned); free files nobody names."""
+        kept (the newest ``kept`` checkpoints are, as the run prunes them); free files nobody names."""
         self._pinned = {r: d for r, d in self._pinned.items() if r < rnd}
         self._pinned[rnd] = frozenset(self._live)
-        for old in sorted(self._pinned)[:-KEEP]:
+        for old in sorted(self._pinned)[:-kept]:
             del self._pinned[old]
         if self.folder is not None and self.folder.is_dir():
             self._remove_unnamed({p.name[:64] for p in self.folder.iterdir() if _FILE.fullmatch(p.name)})
@@ -293,3 +361,7 @@ def _remove_file(path: Path) -> None:
     """Remove the file at ``path``, if any. A folder there is not the store's (it never makes one): it stays."""
     if not path.is_dir():
         path.unlink(missing_ok=True)
+
+
+def _nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())

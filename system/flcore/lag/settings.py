@@ -62,11 +62,11 @@ class LagSettings:
         "smoothed: standard errors by which a layer's cosines must lie below a personal layer's, pair for "
         "pair, to displace it, or below those of the layers nearer the output, to take a free place before them"))
 
-    share: str = flag("--lag_share", default="own", choices=SHARES, help=(
+    share: str = flag("--lag_share", default="own", choices=SHARES, run_key="lag-share", help=(
         "own: every client keeps its own copy of a personal layer; groups: a personal layer is averaged "
         "within each group of clients whose updates of it agree (--lag_group_cosine)"))
     group_cosine: float = flag("--lag_group_cosine", default=0.1, minimum=-1, maximum=1,
-                               help=("groups: two groups of clients merge while the mean cosine of their "
+                               run_key="lag-group-cosine", help=("groups: two groups of clients merge while the mean cosine of their "
                                      "updates of the layer, over the pairs seen, is above this"))
 
     @classmethod

@@ -1,8 +1,9 @@
 """A server that keeps one model per cluster of clients (IFCA, CFL).
 
 ``cluster_models`` holds them as tensors by name (relative to the clients' shared module, here the whole
-model), on the server's device: each method's persistent state, with what it adds. A client receives,
-trains and is evaluated with the model of its cluster. Every evaluation records each client's cluster
+model), on the server's device: each method's persistent state, with what it adds. A client receives the
+model of its cluster as its payload (``Server.payload``: the clients of a cluster share one frozen copy),
+trains it and is evaluated with it. Every evaluation records each client's cluster
 in ``cluster_of_client`` (evaluations x clients, int), so that a study can compare the clusters with
 the true groups (e.g. the adjusted Rand index). The base server's ``global_model`` is never trained:
 it keeps the run's initial model, which the first cluster model starts from. A new client (-nnc) takes

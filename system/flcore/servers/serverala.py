@@ -26,13 +26,14 @@ class FedALA(Server):
     entropy fine-tuning."""
     client_class = clientALA
 
-    def __init__(self, config, hparams: FedALAParams, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: FedALAParams, times: int, model: nn.Module, data: DatasetInfo,
+                 store=None):
         # The flag's lower bound is checked with the flags; the upper one needs the model.
         tensors = len(list(model.parameters()))
         if hparams.mixed_tensors > tensors:
             raise ConfigError(f"-p/--layer_idx (the number of top parameter tensors FedALA mixes) must be in "
                               f"[1, {tensors}] for this model, got {hparams.mixed_tensors}")
-        super().__init__(config, hparams, times, model, data)
+        super().__init__(config, hparams, times, model, data, store)
 
     def send_models(self) -> None:
         received = self.broadcast()

@@ -10,7 +10,10 @@ An algorithm overrides only the hooks it changes, in the spirit of Flower's ``St
 (``configure_train`` / ``aggregate_train``), and declares the attributes that carry its state from one
 round to the next (:attr:`Server.persistent_attrs`). Training returns values: ``train_clients`` keeps
 each trained client's :class:`~flcore.exchange.ClientUpdate`, ``receive_models`` picks the round's
-``uploads`` (after ``-cdr`` drop-out) and their ``upload_weights``, and aggregation reads only those.
+``uploads`` (after ``-cdr`` drop-out) and their ``upload_weights``, and aggregation reads only those. What a
+client's model receives is one value, :meth:`Server.payload` (the broadcast, and what it alone or its
+group gets), which the base ``send_models`` delivers (a method that sends more, a control variate or a
+generator, does so in its own ``send_models``).
 PFLlib's names are kept where they mean the same thing (``clients``, ``selected_clients``,
 ``global_model``, ``rs_test_acc`` ...); its ``uploaded_ids`` / ``uploaded_models`` contract (live
 modules of the clients) exists only in the adapter that runs FedLAG inside a PFLlib checkout (``patches/``).
@@ -18,7 +21,8 @@ modules of the clients) exists only in the adapter that runs FedLAG inside a PFL
 from __future__ import annotations
 
 import sys
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Type
+from contextlib import contextmanager
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Type
 
 import numpy as np
 import torch
@@ -27,7 +31,7 @@ from torch import nn
 from flcore.aggregation import copy_into, named_tensors, sample_weights, weighted_average
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
-from flcore.clients.parked_modules import frozen_copy_of
+from flcore.clients.parked_modules import FrozenTensors, frozen_copy_of
 from flcore.clients.state_store import ClientStateStore
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
@@ -67,9 +71,12 @@ class Server:
     num_new_clients = ConfigField()
     fine_tuning_epoch_new = ConfigField()
 
-    def __init__(self, config, hparams: Hyperparameters, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: Hyperparameters, times: int, model: nn.Module, data: DatasetInfo,
+                 store: Optional[ClientStateStore] = None):
         """``config``: this run's flags (seeded for run ``times``); ``hparams``: what the algorithm takes
-        (its registry row's dataclass), which its clients receive too. Ends with :meth:`setup`."""
+        (its registry row's dataclass), which its clients receive too; ``store``: the table of what its
+        clients own (the run's, with its ``--state_memory`` budget and folder; default: one without a
+        budget). Ends with :meth:`setup`."""
         self.config = config
         self.hparams = hparams
         self.times = times
@@ -77,7 +84,7 @@ class Server:
         self.data_info = data
         self.global_model = model.to(self.device)
         self.sampler = sampler_rng(config.seed)
-        self.state_store = ClientStateStore()  # what clients own, within --state_memory (set by app/build.py)
+        self.state_store = store if store is not None else ClientStateStore()  # what clients own
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
         self.executor = SequentialExecutor()  # the run puts --executor's in place for the rounds' duration
         self.new_clients: List[Client] = []
@@ -153,9 +160,9 @@ class Server:
         return frozenset()
 
     def broadcast(self) -> Dict[str, torch.Tensor]:
-        """What every client receives: :meth:`shared_tensors` less the :meth:`personal_names`, by name
-        relative to the shared module (views; each client copies). A name left out is the client's own:
-        it is never loaded, so nothing has to be put back."""
+        """What every client's :meth:`payload` starts from: :meth:`shared_tensors` less the
+        :meth:`personal_names`, by name relative to the shared module (views). A name left out is the
+        client's own: it is never loaded, so nothing has to be put back."""
         shared = self.shared_tensors()
         personal = self.personal_names()
         if not personal:
@@ -163,16 +170,70 @@ class Server:
         path = self.client_class.shared_path
         return {name: t for name, t in shared.items() if (f"{path}.{name}" if path else name) not in personal}
 
+    # ----- what a client receives: one way in ----------------------------------------------------------
+    _sent: Optional[dict] = None  # while a delivery is under way: each payload made for it, by key
+
+    def payload(self, client_id: int) -> Mapping[str, torch.Tensor]:
+        """What client ``client_id`` receives at :meth:`send_models`, by name relative to the shared module:
+        the :meth:`broadcast`, with its :meth:`personal_payload` on top where it has one. Frozen tensors: the
+        clients that receive the same tensors share one copy of them (the broadcast's, for most: one copy
+        for every client, as in PFLlib; one per group of ``X+LAG --lag_share groups``; one per cluster)."""
+        path = self.client_class.shared_path
+        shared = self._sent_once("broadcast", lambda: frozen_copy_of(self.broadcast(), path))
+        own = self.personal_payload(client_id)
+        if not own:
+            return shared
+        return self._sent_once(("with", id(own)), lambda: (own, FrozenTensors({**shared, **own})))[1]
+
+    def personal_payload(self, client_id: int) -> Optional[Mapping[str, torch.Tensor]]:
+        """What client ``client_id`` receives beyond the broadcast, by name relative to the shared module
+        (``X+LAG``'s group models of the personal layers), or None: nothing here. Tensors nobody writes any
+        more; one object for all the clients that receive the same (they then share one copy)."""
+        return None
+
     def send_models(self) -> None:
-        """Every client (selected or not) receives the broadcast, as in PFLlib: one frozen copy they share."""
-        shared = frozen_copy_of(self.broadcast(), self.client_class.shared_path)
-        for client in self.clients:
-            client.set_parameters(shared)
+        """Every client (selected or not) receives its :meth:`payload`."""
+        with self.sending():
+            for client in self.clients:
+                client.set_parameters(self.payload(client.id))
+    send_models.delivers_payloads = True  # X+LAG reads it: an override may deliver something else
+
+    def send_personal_payloads(self, clients: Optional[Sequence[Client]] = None) -> None:
+        """Each client (default: every one) receives only its :meth:`personal_payload`: what must reach it
+        where no broadcast is due (before :meth:`finish` and the new clients read the clients), or ahead of
+        a method's own ``send_models`` that delivers no payloads (it leaves personal layers out)."""
+        with self.sending():
+            for client in self.clients if clients is None else clients:
+                own = self.personal_payload(client.id)
+                if own:
+                    client.set_parameters(self._sent_once(("only", id(own)), lambda: (own, FrozenTensors(own)))[1])
+
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """A delivery: within it each distinct payload is made once, for all the clients that receive it
+        (outside one, :meth:`payload` makes it afresh at every call)."""
+        if self._sent is not None:  # within another delivery: its payloads serve
+            yield
+            return
+        self._sent = {}
+        try:
+            yield
+        finally:
+            self._sent = None
+
+    def _sent_once(self, key, make: Callable[[], object]):
+        """``make()`` once per ``key`` within :meth:`sending` (the value is held until it ends, so an object's
+        id in a key cannot be reused meanwhile)."""
+        if self._sent is None:
+            return make()
+        if key not in self._sent:
+            self._sent[key] = make()
+        return self._sent[key]
 
     def train_clients(self, clients: Sequence[Client]) -> None:
         """The one place that decides how selected clients run (``--executor``: in turn, batched, on Ray);
         keeps their updates for :meth:`receive_models`."""
-        self.state_store.uploading(clients)
+        self.state_store.uploading(client.id for client in clients)
         self.trained_updates = {u.client_id: u for u in self.executor.train(clients)}
 
     def drop_uploads(self) -> None:  # after the round: its updates, a model per trained client, are spent
@@ -319,11 +380,12 @@ class Server:
     def check_state(self, state: object) -> None:
         """Raise :class:`~flcore.state.StateError` unless ``state`` (a :meth:`get_state` output) fits this
         server; changes nothing."""
-        check_server_state(self, state, self._extra_state())
+        check_server_state(self, state, self.extra_state())
 
-    def _extra_state(self) -> dict:
-        """State a mixin adds to :meth:`get_state` under its own key, with its live value (LAG's, "lag")."""
-        return {"lag": self.lag_state()} if hasattr(self, "lag_state") else {}
+    def extra_state(self) -> dict:
+        """State a mixin adds to :meth:`get_state`, each under its own key, with its live value (what a saved
+        one is checked against): none here; ``X+LAG`` extends it with ``"lag"``."""
+        return {}
 
     def set_state(self, state: dict) -> None:
         """Load :meth:`get_state`'s output; checked in full first, so a state that does not fit changes nothing."""

@@ -46,6 +46,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from flcore.aggregation import State, sample_weights
+from flcore.clients.parked_modules import frozen_copy_of
 from flcore.clients.clientcfl import clientCFL
 from flcore.clustering import (SplitRule, bipartition, cosine_matrix, largest_cross_similarity,
                                max_update_norm, mean_update_norm, update_gram)
@@ -72,10 +73,12 @@ class CFL(ClusterModelsServer):
     def cluster_assignment(self) -> List[int]:
         return list(self.cluster_of)
 
-    def send_models(self) -> None:
-        """Every client receives its cluster's model (every client, as the base server sends to all)."""
-        for client in self.clients:
-            client.set_parameters(self.cluster_models[self.cluster_of[client.id]])
+    def payload(self, client_id: int) -> State:
+        """Its cluster's model: every client receives one at ``send_models`` (as the base server sends to all),
+        the clients of a cluster one frozen copy of it."""
+        cluster = self.cluster_of[client_id]
+        return self._sent_once(("cluster", cluster), lambda: frozen_copy_of(self.cluster_models[cluster],
+                                                                           self.client_class.shared_path))
 
     def aggregate_parameters(self) -> None:
         """Per cluster with uploads, in index order: its norms, then either its new model or its split."""

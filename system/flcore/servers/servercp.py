@@ -40,8 +40,9 @@ class FedCP(Server):
     noise-free prediction (the global head stays frozen, as in local training)."""
     client_class = clientCP
 
-    def __init__(self, config, hparams: FedCPParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, FedCPModel(model.base, model.head), data)
+    def __init__(self, config, hparams: FedCPParams, times: int, model: nn.Module, data: DatasetInfo,
+                 store=None):
+        super().__init__(config, hparams, times, FedCPModel(model.base, model.head), data, store)
 
     def end_round(self, rnd: int) -> None:
         trained = list(self.trained_updates.values())

@@ -54,8 +54,9 @@ class FedGC(Server):
 
     hparams: FedGCParams
 
-    def __init__(self, config, hparams: FedGCParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, with_class_embeddings(model), data)
+    def __init__(self, config, hparams: FedGCParams, times: int, model: nn.Module, data: DatasetInfo,
+                 store=None):
+        super().__init__(config, hparams, times, with_class_embeddings(model), data, store)
 
     def setup(self) -> None:
         self.server_step = self.hparams.server_step_scale * self.config.local_learning_rate

@@ -63,10 +63,11 @@ class FedGen(Server):
 
     hparams: FedGenParams
 
-    def __init__(self, config, hparams: FedGenParams, times: int, model: nn.Module, data: DatasetInfo):
+    def __init__(self, config, hparams: FedGenParams, times: int, model: nn.Module, data: DatasetInfo,
+                 store=None):
         if hparams.local_feature_extractor:
             self.client_class = clientGenSharedHead
-        super().__init__(config, hparams, times, model, data)
+        super().__init__(config, hparams, times, model, data, store)
 
     def setup(self) -> None:
         hp = self.hparams

@@ -36,5 +36,6 @@ class GPFL(Server):
     distribution, then -ften epochs of cross-entropy fine-tuning on its personalised route."""
     client_class = clientGPFL
 
-    def __init__(self, config, hparams: GPFLParams, times: int, model: nn.Module, data: DatasetInfo):
-        super().__init__(config, hparams, times, GPFLModel(model.base, model.head, config.num_classes), data)
+    def __init__(self, config, hparams: GPFLParams, times: int, model: nn.Module, data: DatasetInfo,
+                 store=None):
+        super().__init__(config, hparams, times, GPFLModel(model.base, model.head, config.num_classes), data, store)

@@ -30,6 +30,7 @@ from torch import nn
 
 from flcore.aggregation import State, named_tensors, weighted_average
 from flcore.clients.clientifca import clientIFCA
+from flcore.clients.parked_modules import frozen_copy_of
 from flcore.exchange import ClientUpdate
 from flcore.hyperparameters import IFCAParams
 from flcore.servers.clusterserver import ClusterModelsServer
@@ -81,12 +82,21 @@ class IFCA(ClusterModelsServer):
         return [name for name in self.cluster_models[0] if not name.startswith(HEAD_PREFIX)]
 
     def place(self, clients: Sequence[clientIFCA]) -> None:
-        """Each client chooses its cluster model (and holds it from then on, this round)."""
-        for client in clients:
-            self.chosen[client.id] = client.choose_cluster(self.cluster_models)
+        """Each client chooses its cluster model (on its own data, trying every candidate) and receives the one
+        it chose as its :meth:`payload` (holding it from then on, this round)."""
+        with self.sending():
+            for client in clients:
+                self.chosen[client.id] = client.estimate_cluster(self.cluster_models)
+                client.set_parameters(self.payload(client.id))
+
+    def payload(self, client_id: int) -> State:
+        """The cluster model the client chose this round; the clients of a cluster share one frozen copy."""
+        cluster = self.chosen[client_id]
+        return self._sent_once(("cluster", cluster), lambda: frozen_copy_of(self.cluster_models[cluster],
+                                                                           self.client_class.shared_path))
 
     def send_models(self) -> None:
-        """The selected clients receive every cluster model and keep the one they choose."""
+        """The selected clients try every cluster model and receive the one they choose."""
         self.chosen = {}
         self.place(self.selected_clients)
 

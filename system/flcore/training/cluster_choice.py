@@ -30,8 +30,14 @@ class ClusterChoosingClient(Client):
             losses.append(total / count if count else float("nan"))
         return losses
 
-    def choose_cluster(self, candidates: Sequence[Mapping[str, torch.Tensor]]) -> int:
-        """Load the candidate of lowest training loss (ties to the lower index) and return its index."""
+    def estimate_cluster(self, candidates: Sequence[Mapping[str, torch.Tensor]]) -> int:
+        """The index of the candidate of lowest training loss (ties to the lower index), kept as ``cluster``.
+        Measuring loads the candidates in turn: the last one is left loaded, for the server to replace with
+        what the client receives (IFCA's payload: the chosen one)."""
         self.cluster = lowest_loss(self.cluster_losses(candidates)) if len(candidates) > 1 else 0
-        self.set_parameters(candidates[self.cluster])
+        return self.cluster
+
+    def choose_cluster(self, candidates: Sequence[Mapping[str, torch.Tensor]]) -> int:
+        """:meth:`estimate_cluster`, then load the chosen candidate; returns its index."""
+        self.set_parameters(candidates[self.estimate_cluster(candidates)])
         return self.cluster
