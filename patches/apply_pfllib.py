@@ -5,9 +5,10 @@
     python patches/apply_pfllib.py --dry-run PATH/TO/PFLlib  # print the patch, change nothing
     python patches/apply_pfllib.py --revert PATH/TO/PFLlib   # remove it; main.py byte for byte
 
-Copies ``system/flcore/lag/`` unchanged and ``patches/pfllib/``'s three files into the checkout, inserts
-one marked block right before main.py's ``args = parser.parse_args()``, and records the installed files'
-SHA-256 in ``system/flcore/fedlag_patch.json`` for ``--revert``. Refuses, changing nothing, what it
+Copies ``system/flcore/lag/`` and ``system/utils/flagfields.py`` (which ``lag/settings.py`` imports)
+unchanged and ``patches/pfllib/``'s three files into the checkout, inserts one marked block right before
+main.py's ``args = parser.parse_args()``, and records the installed files' SHA-256 in
+``system/flcore/fedlag_patch.json`` for ``--revert``. Refuses, changing nothing, what it
 cannot do safely (see patches/README.md); writes all or nothing. Standard library only.
 """
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 LAG_SOURCE = HERE.parent / "system" / "flcore" / "lag"
+# The flag machinery lag/settings.py imports as ``utils.flagfields``: the same path in this repository and in
+# the checkout, whose main.py already imports from its system/utils/.
+FLAG_FIELDS = "system/utils/flagfields.py"
 PAYLOAD = {  # file in patches/pfllib/ -> where it goes in the checkout
     "lag_pfllib.py": "system/flcore/lag_pfllib.py",
     "serverfedlag.py": "system/flcore/servers/serverfedlag.py",
@@ -78,6 +82,7 @@ def payload() -> Dict[str, bytes]:
     files = {f"system/flcore/lag/{src.name}": src.read_bytes() for src in sorted(LAG_SOURCE.glob("*.py"))}
     if not files:
         raise Refusal(f"{LAG_SOURCE} holds no .py files; run the installer from a complete checkout")
+    files[FLAG_FIELDS] = path_of(HERE.parent, FLAG_FIELDS).read_bytes()
     files.update({dest: (HERE / "pfllib" / name).read_bytes() for name, dest in PAYLOAD.items()})
     return files
 

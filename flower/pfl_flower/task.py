@@ -22,7 +22,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context
 
 if TYPE_CHECKING:  # the project is importable only once use_project() has run
-    from flcore.lag.flagfields import FlagSpec
+    from utils.flagfields import FlagSpec
 
 REPO_ENV = "PFL_REPO"
 ALGORITHM = "FedLAG"  # FedAvg + LAG: the project's registry gives its model layout and client class
@@ -95,8 +95,8 @@ APP_DEFAULTS = {"goal": "flower", "device": "cpu"}
 def run_keys() -> Dict[str, "FlagSpec"]:
     """Run-config key -> the project flag it sets: every flag whose declaration names a run key
     (``RunConfig`` in ``app/config.py``, ``LagSettings`` in ``flcore/lag/settings.py``)."""
-    from flcore.lag.flagfields import flag_fields
     from app.config import RunConfig
+    from utils.flagfields import flag_fields
     return {spec.run_key: spec for _, spec in flag_fields(RunConfig) if spec.run_key}
 
 

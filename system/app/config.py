@@ -1,7 +1,7 @@
 """``RunConfig``: a run's flags as one frozen, typed object, and the one declaration of the common flags.
 
 Every field declares its flag (PFLlib's short and long names, default, help, allowed values;
-``flcore/lag/flagfields.py``): ``app/options.py`` makes the command line from these declarations and
+``utils/flagfields.py``): ``app/options.py`` makes the command line from these declarations and
 refuses what they refuse, with the flag named. Two groups sit inside: PFLlib's shared hyper-parameter
 flags (:class:`~flcore.algorithm_flags.AlgorithmFlags`: ``-mu``, ``-lam`` ..., which the chosen
 algorithm reads through its own dataclass) and FedLAG's (:class:`~flcore.lag.settings.LagSettings`).
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from flcore.algorithm_flags import AlgorithmFlags
-from flcore.lag.flagfields import field_problems, flag, flag_values, nested, read_namespace
 from flcore.lag.settings import LagSettings
 from flcore.registry import hyperparameters_of
 from utils.accuracy_summary import DEFAULT_LAST_K
+from utils.flagfields import field_problems, flag, flag_values, nested, read_namespace
 from utils.paths import DATASET_DIR
 from utils.seeding import MAX_SEED
 from utils.sizes import size_flag

@@ -28,9 +28,9 @@ from app.config import RunConfig
 from dataset.utils.one_line import OneLineParser
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.flag_use import unused_flags, unused_reason
-from flcore.lag.flagfields import add_arguments, flag_fields, flag_values
 from flcore.registry import lag_base, own_defaults_by_flag
 from flcore.trainmodel.models import MODELS, UnknownModelError
+from utils.flagfields import add_arguments, flag_fields, flag_values
 from utils.names import unknown_name_message
 from utils.rounds import rounds_run
 

@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Type
 
-from flcore.lag.flagfields import FLAG, field_problems, flag
+from utils.flagfields import FLAG, field_problems, flag
 
 SOURCE = "source"  # field metadata of a hyper-parameter: the AlgorithmFlags field it reads
 

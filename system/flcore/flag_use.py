@@ -11,9 +11,9 @@ import dataclasses
 from typing import FrozenSet, Mapping
 
 from flcore.algorithm_flags import SOURCE, AlgorithmFlags
-from flcore.lag.flagfields import FLAG, flag_fields
 from flcore.lag.settings import SCHEDULE_ONLY_FLAGS, LagSettings, unused_by_schedule
 from flcore.registry import ALGORITHMS, LAG_SUFFIX, lag_base
+from utils.flagfields import FLAG, flag_fields
 
 SHARED_HYPERPARAMETERS = frozenset(spec.dest for _, spec in flag_fields(AlgorithmFlags))
 LAG_FLAGS = frozenset(spec.dest for _, spec in flag_fields(LagSettings))

@@ -7,10 +7,11 @@ import torch
 
 from flcore.aggregation import named_tensors
 from flcore.lag import LagSettings
+from flcore.lag.choice import random_layers
 from flcore.lag.conflict import Layer
 from flcore.lag.groups import (MIN_UPLOADS, UpdateProfiles, add_updates, agreeing_groups, group_members,
                                leave_conflicting, profile_cosines, sample_weighted_average)
-from flcore.lag.selector import LayerSelector, random_layers
+from flcore.lag.selector import LayerSelector
 from flcore.lag.sharing import GroupSharing
 from utils.result_utils import read_results
 from helpers import original_and_restored_twin, play_round, results_file, server_for, state_equal, train

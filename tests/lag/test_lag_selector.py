@@ -7,7 +7,7 @@ import torch
 
 from flcore.lag import LagError, LagSettings, Layer, LayerSelector, evidence_choice, top_k_positive
 from flcore.lag.conflict import count_below, evidence_from_cosines, layer_evidence_in_spans, pairwise_cosines
-from flcore.lag.selector import paired_lead
+from flcore.lag.choice import paired_lead
 
 LAYERS = [Layer(name, (name,)) for name in ("a", "b", "c")]
 

@@ -20,7 +20,8 @@ from helpers import REPO, pinned_thread_env
 
 FAKE = REPO / "tests" / "fake_pfllib"
 LAG = REPO / "system" / "flcore" / "lag"
-OURS = ("lag_pfllib.", "serverfedlag.", "clientfedlag.")  # installed module stems (and their .pyc)
+FLAG_FIELDS = "system/utils/flagfields.py"  # the flag machinery lag/settings.py imports, installed beside upstream's
+OURS = ("lag_pfllib.", "serverfedlag.", "clientfedlag.", "flagfields.")  # installed module stems (and their .pyc)
 NUM_CLIENTS = 4
 
 
@@ -129,12 +130,19 @@ def test_apply_run_both_algorithms_and_revert(checkout, capsys):
     assert code == 0
     assert "+++ b/system/main.py" in out and "+    install_lag(parser, globals())" in out
     assert "+++ b/system/flcore/lag/mixin.py" in out and "+++ b/system/flcore/servers/serverfedlag.py" in out
+    assert f"+++ b/{FLAG_FIELDS}" in out
     assert snapshot(checkout, with_times=True) == original
 
     code, out, _ = install(capsys, checkout)
     assert code == 0, out
     for source in LAG.glob("*.py"):  # lag/ is copied unchanged
         assert (checkout / "system/flcore/lag" / source.name).read_bytes() == source.read_bytes()
+    # ... and so is the flag machinery its settings import, into upstream's own utils/, recorded for --revert.
+    flag_fields = (REPO / FLAG_FIELDS).read_bytes()
+    assert FLAG_FIELDS not in original and (checkout / FLAG_FIELDS).read_bytes() == flag_fields
+    recorded = json.loads((checkout / installer.MANIFEST).read_text())
+    assert recorded["files"][FLAG_FIELDS] == installer.sha256(flag_fields)
+    assert "system/utils" not in recorded["folders"]  # upstream's folder: --revert leaves it
     main_py = (checkout / "system/main.py").read_bytes()
     lines = main_py.splitlines(keepends=True)
     begin = [i for i, line in enumerate(lines) if b">>> FedLAG" in line]
@@ -182,7 +190,8 @@ def test_apply_run_both_algorithms_and_revert(checkout, capsys):
     assert code == 0 and "byte for byte" in out
     assert snapshot(checkout) == {rel: data for rel, (data, _) in original.items()}
     leftovers = [p for p in checkout.rglob("*") if p.name.startswith(OURS) or p.name == "lag"]
-    assert leftovers == []
+    assert leftovers == [] and not (checkout / FLAG_FIELDS).exists()
+    assert (checkout / "system/utils/result_utils.py").is_file()  # upstream's utils/ is untouched
     code, out, _ = install(capsys, checkout, "--revert")
     assert code == 0 and "nothing to revert" in out
 
@@ -251,14 +260,16 @@ def test_edited_block_or_lost_manifest_is_refused(checkout, capsys):
         assert code == 2 and "fedlag_patch.json is missing" in err
 
 
+@pytest.mark.parametrize("rel, source", [("system/flcore/servers/serverfedlag.py", "patches/pfllib/serverfedlag.py"),
+                                         (FLAG_FIELDS, FLAG_FIELDS)], ids=["server", "flag-machinery"])
 @pytest.mark.parametrize("content", [b"# someone's own FedLAG\n", None], ids=["other", "identical-unrecorded"])
-def test_existing_file_with_other_content_is_refused(checkout, capsys, content):
+def test_existing_file_with_other_content_is_refused(checkout, capsys, content, rel, source):
     # An identical copy the installer did not record is refused too: --revert would remove it.
-    target = checkout / "system/flcore/servers/serverfedlag.py"
-    target.write_bytes(content or (REPO / "patches/pfllib/serverfedlag.py").read_bytes())
+    target = checkout / rel
+    target.write_bytes(content or (REPO / source).read_bytes())
     before = snapshot(checkout, with_times=True)
     code, _, err = install(capsys, checkout)
-    assert code == 2 and "system/flcore/servers/serverfedlag.py" in err
+    assert code == 2 and f"{rel} (not installed by this patch)" in err
     assert snapshot(checkout, with_times=True) == before
 
 
@@ -296,6 +307,25 @@ def test_second_apply_refreshes_files_from_an_older_install(checkout, capsys, ea
     code, out, _ = install(capsys, checkout)
     assert code == 0 and "update  system/flcore/lag_pfllib.py" in out
     assert glue.read_bytes() == current and manifest_path.read_text() == manifest
+    code, out, _ = install(capsys, checkout, "--revert")
+    assert code == 0 and "byte for byte" in out and snapshot(checkout) == original
+
+
+def test_updating_an_install_from_before_the_flag_machinery_moved(checkout, capsys):
+    """Installs made when the flag declaration was lag/flagfields.py: the update removes that file and
+    installs system/utils/flagfields.py in its place; --revert then leaves the original tree."""
+    original = snapshot(checkout)
+    assert install(capsys, checkout)[0] == 0
+    manifest_path = checkout / installer.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    old_rel, flag_fields = "system/flcore/lag/flagfields.py", (REPO / FLAG_FIELDS).read_bytes()
+    (checkout / FLAG_FIELDS).unlink()
+    (checkout / old_rel).write_bytes(flag_fields)
+    manifest["files"][old_rel] = manifest["files"].pop(FLAG_FIELDS)
+    manifest_path.write_text(json.dumps(manifest))
+    code, out, _ = install(capsys, checkout)
+    assert code == 0 and f" remove  {old_rel}" in out and f" create  {FLAG_FIELDS}" in out
+    assert not (checkout / old_rel).exists() and (checkout / FLAG_FIELDS).read_bytes() == flag_fields
     code, out, _ = install(capsys, checkout, "--revert")
     assert code == 0 and "byte for byte" in out and snapshot(checkout) == original
 

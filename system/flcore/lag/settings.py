@@ -1,17 +1,19 @@
 """FedLAG's knobs, :class:`LagSettings`: the one definition of the ``--lag_*`` flags.
 
-Each field declares its flag (:mod:`.flagfields`): this project's command line, its Flower run config
+Each field declares its flag (:mod:`utils.flagfields`): this project's command line, its Flower run config
 (``lag-top-k`` ...) and the flags the PFLlib patch adds to an upstream main.py are all made from it, and
-:meth:`LagSettings.check` is the one place their values are refused. Imports only the standard library
-and ``conflict.py``, so ``lag/`` can be copied into a PFLlib checkout unchanged.
+:meth:`LagSettings.check` is the one place their values are refused. Imports only the standard library,
+``utils/flagfields.py`` (which the PFLlib patch installs beside upstream's ``utils/``) and ``conflict.py``,
+so ``lag/`` can be copied into a PFLlib checkout unchanged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional
 
+from utils.flagfields import add_arguments, field_problems, flag, read_namespace
+
 from .conflict import GRANULARITIES
-from .flagfields import add_arguments, field_problems, flag, read_namespace
 
 SCHEDULES = ("smoothed", "every_round", "warmup", "random")
 SHARES = ("own", "groups")

@@ -7,9 +7,11 @@ values it refuses, each message naming the flag (:func:`field_problems`), e.g.
 ``-jr/--join_ratio must be in (0, 1], got 1.5``. A field made with :func:`nested` holds another such
 dataclass, whose flags follow in place.
 
-The project's ``RunConfig``, every algorithm's hyper-parameters and :class:`~.settings.LagSettings` are
-declared this way. The module sits in ``lag/`` because ``lag/`` is copied alone into PFLlib checkouts,
-where ``LagSettings`` must still add and check its own ``--lag_*`` flags: standard library only.
+The project's ``RunConfig`` (``app/config.py``), every algorithm's hyper-parameters (``flcore/``) and
+FedLAG's ``LagSettings`` (``flcore/lag/settings.py``) are declared this way.
+Why here: ``utils/`` is the lowest layer that both ``app/`` and ``flcore/`` may import (docs/architecture.md).
+Standard library only: the PFLlib patch installs it as the checkout's ``system/utils/flagfields.py``, where
+the copied ``lag/settings.py`` imports it.
 """
 from __future__ import annotations
 
