@@ -149,6 +149,14 @@ METHOD_FLAGS = {"pFedMe": ("-bt", "1", "-K", "2", "-lam", "1", "-lrp", "0.01"), 
                 "FedBABU": ("-fte", "1"), "FedALA": ("-s", "20")}
 
 
+def in_use(client):
+    """``client``, checked out as an executor checks it out before a hook (its modules and own tensors
+    attributes again: ``client.model`` a working module); the run parks it after the hook, a test when it
+    trains or broadcasts through the run's loop, or by ``client.park()``."""
+    client.check_out()
+    return client
+
+
 def method_flags(name: str) -> tuple:
     return METHOD_FLAGS.get(name.removesuffix("+LAG"), ())
 
@@ -157,7 +165,7 @@ def training_loss_of(client, state) -> float:
     """Mean cross-entropy on ``client``'s training data of its model loaded with ``state`` (eval mode),
     written out with torch alone (what a clustered method's choice of model compares)."""
     import copy
-    probe = copy.deepcopy(client.model)
+    probe = copy.deepcopy(in_use(client).model)
     probe.load_state_dict(state)
     with torch.no_grad():
         return float(torch.nn.functional.cross_entropy(probe.eval()(client.train_data.x), client.train_data.y))
@@ -167,7 +175,7 @@ def upload_current_state(server, clients=None) -> None:
     """Keep, as ``train_clients`` would, the update each client would send in its current state (for
     tests that set a client's state by hand before ``receive_models``)."""
     clients = server.selected_clients if clients is None else clients
-    server.trained_updates = {c.id: c.upload() for c in clients}
+    server.trained_updates = {c.id: c.release(in_use(c).upload()) for c in clients}
 
 
 def uploads_are(server, part) -> bool:
@@ -177,7 +185,7 @@ def uploads_are(server, part) -> bool:
     for update in server.uploads:
         client = by_id[update.client_id]
         kept = client.module_tensors()  # before part() checks the model out
-        own = named_tensors(part(client))
+        own = named_tensors(part(in_use(client)))
         if set(update.tensors) != set(own):
             return False
         if any(not torch.equal(t, own[n]) or t.data_ptr() != kept[update.full_name(n)].data_ptr()
@@ -217,7 +225,7 @@ def perturb_all_clients(server) -> None:
     from flcore.aggregation import named_tensors
     with torch.no_grad():
         for client in server.clients:
-            for tensor in named_tensors(client.model).values():
+            for tensor in named_tensors(in_use(client).model).values():
                 if tensor.is_floating_point():
                     tensor.add_(0.01 * (client.id + 1))
 
@@ -245,7 +253,7 @@ def assert_lag_composes(server, k: int = 2, private=None, sent_back=frozenset())
     assert 1 <= len(server.lag_personal) <= k, server.lag_personal
     assert personal == {n for i in server.lag_personal for n in server.lag_layers[i].tensors}
     assert personal <= candidates
-    shared_rel = named_tensors(server.clients[0].shared_module())
+    shared_rel = named_tensors(in_use(server.clients[0]).shared_module())
     prefix = server.clients[0].shared_path + "." if server.clients[0].shared_path else ""
     uploaded = {prefix + n for n in shared_rel if server.clients[0].shares(n)}
     assert candidates <= uploaded, "LAG ranked a tensor the base method does not share"
@@ -336,7 +344,7 @@ def assert_same_training(runs) -> None:
         assert torch.equal(a.generator.get_state(), b.generator.get_state()), f"client {a.id}: other batches"
         assert_close(a.get_state(), b.get_state(), f"client {a.id}")
         # .grad is filled only for FedLAG's last_batch signal, its one reader (see the CNN test).
-        for (name, p), q in zip(a.model.named_parameters(), b.model.parameters()):
+        for (name, p), q in zip(in_use(a).model.named_parameters(), in_use(b).model.parameters()):
             if q.grad is not None:
                 assert_close(p.grad, q.grad, f"client {a.id} {name}.grad")
     # Every .h5 series but the timings: accuracies within one test sample, other floats within 1e-4,

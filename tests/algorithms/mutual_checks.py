@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import named_tensors
-from helpers import method_flags, server_for, state_equal, train
+from helpers import in_use, method_flags, server_for, state_equal, train
 
 
 def hand_kl(target_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -62,14 +62,14 @@ def assert_newcomer_gets_the_global_shared_model_and_a_fresh_private_one(data_di
     its fine-tuning moves both models."""
     server = server_for(data_dir, tmp_path, "-algo", name, "-nc", "4", "-nnc", "1", "-ften", "0", "-gr", "1",
                         *method_flags(name), *extra)
-    initial = snapshot(server.clients[0].private_model)
+    initial = snapshot(in_use(server.clients[0]).private_model)
     train(server)
-    newcomer = server.new_clients[0]
+    newcomer = in_use(server.new_clients[0])
     assert state_equal(named_tensors(newcomer.model), named_tensors(server.global_model))
     assert not state_equal(named_tensors(server.global_model), initial)  # the global model has trained
     assert state_equal(named_tensors(newcomer.private_model), initial)
     # Not any training client's private model (with -jr 1 every one has trained).
-    assert all(not state_equal(named_tensors(c.private_model), initial) for c in server.clients)
+    assert all(not state_equal(named_tensors(in_use(c).private_model), initial) for c in server.clients)
     also(newcomer)
     shared, private = snapshot(newcomer.model), snapshot(newcomer.private_model)
     newcomer.fine_tune(1)

@@ -9,13 +9,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import in_use
+
 
 @torch.no_grad()
 def accuracy_of(clients: Sequence, pick: Callable[[object], nn.Module]) -> float:
     """sum of correct test predictions / sum of test samples, with ``pick(client)`` as each client's model."""
     correct = total = 0
     for client in clients:
-        model = pick(client).eval()
+        model = pick(in_use(client)).eval()
         correct += int((model(client.test_data.x).argmax(dim=1) == client.test_data.y).sum())
         total += len(client.test_data.y)
     return correct / total
@@ -25,7 +27,7 @@ def accuracy_of(clients: Sequence, pick: Callable[[object], nn.Module]) -> float
 def train_loss_of(clients: Sequence, pick: Callable[[object], nn.Module]) -> float:
     loss = total = 0.0
     for client in clients:
-        model = pick(client).eval()
+        model = pick(in_use(client)).eval()
         loss += float(F.cross_entropy(model(client.train_data.x), client.train_data.y, reduction="sum"))
         total += len(client.train_data.y)
     return loss / total

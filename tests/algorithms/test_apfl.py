@@ -10,7 +10,7 @@ from torch.func import functional_call
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, train, results_file
 from personal_checks import accuracy_of, train_loss_of, wiggle_
 
 ALPHA = 0.3
@@ -24,7 +24,7 @@ def grads_at(template, params, x, y):
 
 
 def test_one_step_moves_w_v_and_alpha_as_in_algorithm_1(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "APFL", "-al", str(ALPHA)).clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "APFL", "-al", str(ALPHA)).clients[0])
     wiggle_(client.model_local, scale=0.2)
     w = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     v = {n: p.detach().clone() for n, p in client.model_local.named_parameters()}
@@ -52,7 +52,7 @@ def test_one_step_moves_w_v_and_alpha_as_in_algorithm_1(data_dir, tmp_path):
 
 
 def test_alpha_is_kept_in_the_unit_interval(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "APFL").clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "APFL").clients[0])
     with torch.no_grad():
         client.mixing.alpha.fill_(1.7)
     client.after_step()
@@ -63,11 +63,11 @@ def test_the_reported_model_is_the_mixture_of_local_and_received_global(data_dir
     server = server_for(data_dir, tmp_path, "-algo", "APFL", "-al", str(ALPHA))
     play_round(server)
     for client in server.clients:
-        wiggle_(client.model_local, scale=0.5)
+        wiggle_(in_use(client).model_local, scale=0.5)
     server.send_models()
 
     def mixture(client):
-        model = copy.deepcopy(client.model)
+        model = copy.deepcopy(in_use(client).model)
         local = dict(client.model_local.named_parameters())
         with torch.no_grad():
             for name, param in model.named_parameters():
@@ -77,7 +77,7 @@ def test_the_reported_model_is_the_mixture_of_local_and_received_global(data_dir
     server.evaluate()
     assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, mixture))
     assert server.rs_train_loss[-1] == pytest.approx(train_loss_of(server.clients, mixture), rel=1e-5)
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     reported = named_tensors(client.evaluation_model())
     expected = named_tensors(mixture(client))
     for name in expected:

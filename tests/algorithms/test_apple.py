@@ -13,7 +13,7 @@ from flcore.aggregation import named_tensors
 from flcore.clients.clientapple import mixed_parameters
 from flcore.servers.serverapple import faded_pull
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, perturb_all_clients, play_round, results_file, server_for, train
+from helpers import assert_lag_composes, in_use, perturb_all_clients, play_round, results_file, server_for, train
 
 
 def test_the_pull_fades_along_half_a_cosine():
@@ -57,7 +57,7 @@ def test_one_step_moves_the_core_model_and_the_relationships_as_the_paper_says(d
     server.current_round = 1
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.selected_clients[0]
+    client = in_use(server.selected_clients[0])
     n = len(server.clients)
     with torch.no_grad():
         client.relationships.p.add_(0.01 * torch.arange(n, dtype=torch.float32))  # away from p0
@@ -90,7 +90,7 @@ def test_the_server_forwards_every_core_model_and_averages_none(data_dir, tmp_pa
     server = server_for(data_dir, tmp_path, "-algo", "APPLE", "-jr", "0.5")
     samples = [c.train_samples for c in server.clients]
     p0 = torch.tensor(samples, dtype=torch.float32) / sum(samples)
-    assert all(torch.allclose(c.relationships.p.detach(), p0) for c in server.clients)
+    assert all(torch.allclose(c.module_tensors("relationships")["p"], p0) for c in server.clients)
     initial = copy.deepcopy(named_tensors(server.global_model))
     play_round(server)
     uploaded = {u.client_id for u in server.uploads}
@@ -99,10 +99,10 @@ def test_the_server_forwards_every_core_model_and_averages_none(data_dir, tmp_pa
         stored = server.latest_models[client.id]
         assert (stored is None) == (client.id not in uploaded)
         if stored is not None:
-            assert all(torch.equal(t, named_tensors(client.model)[k]) for k, t in stored.items())
+            assert all(torch.equal(t, client.module_tensors()[k]) for k, t in stored.items())
         # The personalised model (reported) is sum_j p_ij theta_j, formed after training; untrained: the initial.
         if client.id not in uploaded:
-            assert all(torch.equal(t, initial[k]) for k, t in named_tensors(client.personalised_model).items())
+            assert all(torch.equal(t, initial[k]) for k, t in client.module_tensors("personalised_model").items())
     assert all(torch.equal(t, initial[k]) for k, t in named_tensors(server.global_model).items())
     # The next round's downloads: row j is client j's last upload, or the initial model.
     perturb_all_clients(server)
@@ -130,7 +130,7 @@ def test_relationships_are_recorded_and_a_newcomer_starts_from_the_p0_mix(data_d
     train(server)
     arrays, _ = read_results(results_file(server))
     assert arrays["apple_relationships"].shape == (2, 4, 4)
-    newcomer = server.new_clients[0]
+    newcomer = in_use(server.new_clients[0])
     p0 = server.initial_relationships
     cores = server.known_models()
     assert sum(m is not None for m in server.latest_models) >= 2

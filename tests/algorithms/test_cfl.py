@@ -12,7 +12,7 @@ from flcore.clustering import (SplitRule, bipartition, cosine_matrix, largest_cr
                                mean_update_norm, update_gram)
 from flcore.registry import UnknownAlgorithmError, resolve
 from utils.result_utils import read_results
-from helpers import (original_and_restored_twin, play_round, server_for, state_equal, train, train_and_compare,
+from helpers import (in_use, original_and_restored_twin, play_round, server_for, state_equal, train, train_and_compare,
                      training_loss_of, results_file)
 
 # Every round with at least 3 uploads splits: no warm-up, any mean update is small enough, any client's large.
@@ -107,7 +107,7 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
     uploaders = server.uploader_ids()
     assert len(uploaders) == 3 and len(server.cluster_models) == 2
     # The cut, from the updates written out: theta after training minus the parent's model.
-    updates = np.stack([(parameter_vector(named_tensors(server.clients[i].model), names)
+    updates = np.stack([(parameter_vector(server.clients[i].module_tensors(), names)
                          - parameter_vector(parent, names)).numpy() for i in uploaders])
     unit = updates / np.linalg.norm(updates, axis=1, keepdims=True)
     first, second = bipartition(unit @ unit.T)
@@ -119,7 +119,7 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
         clients = [server.clients[i] for i in members]
         total = sum(c.train_samples for c in clients)
         for name in names:
-            expected = parent[name] + sum((named_tensors(c.model)[name] - parent[name]) * (c.train_samples / total)
+            expected = parent[name] + sum((c.module_tensors()[name] - parent[name]) * (c.train_samples / total)
                                           for c in clients)
             assert torch.allclose(server.cluster_models[cluster][name], expected, atol=1e-6), (cluster, name)
         assert all(server.cluster_of[i] == cluster for i in members)
@@ -136,7 +136,7 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
     server.send_models()
     assert server.cluster_of == assignment
     for client in server.clients:
-        assert state_equal(named_tensors(client.model), server.cluster_models[assignment[client.id]])
+        assert state_equal(client.module_tensors(), server.cluster_models[assignment[client.id]])
     # That model is each client's payload: one frozen copy per cluster, shared by its clients.
     with server.sending():
         payloads = [server.payload(c.id) for c in server.clients]
@@ -148,7 +148,7 @@ def test_a_split_cuts_the_uploaders_by_their_updates_and_each_part_starts_from_t
 @pytest.mark.parametrize("linkage, parts", [("complete", [[0, 1], [2, 3]]), ("single", [[0, 1, 2], [3]])])
 def test_cfl_linkage_chooses_the_bipartition(data_dir, tmp_path, linkage, parts):
     server = server_for(data_dir, tmp_path, "-algo", "CFL", "--cfl_linkage", linkage)
-    members = [server.clients[i].upload() for i in range(4)]
+    members = [in_use(server.clients[i]).upload() for i in range(4)]
     server.split(0, members, CHAIN, mean_norm=0.0, max_norm=1.0)
     assert server.splits[-1]["uploaders"] == parts
     assert server.splits[-1]["largest_cross_similarity"] == largest_cross_similarity(CHAIN, *parts)

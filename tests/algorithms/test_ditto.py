@@ -9,14 +9,14 @@ import torch.nn.functional as F
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, train_loss_of, uniform_loss, wiggle_, zero_
 
 MU = 0.3
 
 
 def test_personal_step_descends_ce_plus_half_mu_squared_distance_to_the_received_model(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU)).clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU)).clients[0])
     wiggle_(client.model_per)
     w = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     v = {n: p.detach().clone() for n, p in client.model_per.named_parameters()}
@@ -45,7 +45,7 @@ def test_the_anchor_is_the_model_received_this_round_and_both_models_train(data_
     server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU))
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.selected_clients[0]
+    client = in_use(server.selected_clients[0])
     received = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     personal = copy.deepcopy(named_tensors(client.model_per))
     client.train()  # the anchor itself: the next test
@@ -57,7 +57,7 @@ def test_the_anchor_is_held_by_reference_and_stays_the_received_model_through_th
     server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU), "-pls", "2")
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.selected_clients[0]
+    client = in_use(server.selected_clients[0])
     received = {n: p.detach().clone() for n, p in client.model.named_parameters()}
     seen = []
     personal_loss = client.personal_loss
@@ -78,14 +78,14 @@ def test_rs_test_acc_reports_the_personal_models_and_rs_global_the_received_glob
     server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU))
     play_round(server)
     for client in server.clients:
-        zero_(client.model_per)  # predicts class 0 everywhere: clearly not the global model
+        zero_(in_use(client).model_per)  # predicts class 0 everywhere: clearly not the global model
     server.send_models()
     server.evaluate()
     h = server.history
-    assert h["rs_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_per))
+    assert h["rs_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: in_use(c).model_per))
     assert h["rs_train_loss"][-1] == pytest.approx(uniform_loss(server.num_classes), rel=1e-6)
-    assert h["rs_global_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model))
-    assert h["rs_global_train_loss"][-1] == pytest.approx(train_loss_of(server.clients, lambda c: c.model), rel=1e-5)
+    assert h["rs_global_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: in_use(c).model))
+    assert h["rs_global_train_loss"][-1] == pytest.approx(train_loss_of(server.clients, lambda c: in_use(c).model), rel=1e-5)
     assert h["rs_test_acc"][-1] != h["rs_global_test_acc"][-1]
     assert len(h["rs_test_acc"]) == len(h["rs_global_test_acc"]) == 1  # one entry each, not interleaved
 
@@ -94,12 +94,12 @@ def test_broadcast_overwrites_the_global_copy_and_never_the_personal_model(data_
     server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-mu", str(MU))
     play_round(server)
     for client in server.clients:
-        wiggle_(client.model)
-    before = {c.id: copy.deepcopy(named_tensors(c.model_per)) for c in server.clients}
+        wiggle_(in_use(client).model)
+    before = {c.id: copy.deepcopy(c.module_tensors("model_per")) for c in server.clients}
     server.send_models()
     for client in server.clients:
-        assert state_equal(named_tensors(client.model_per), before[client.id])
-        assert state_equal(named_tensors(client.model), named_tensors(server.global_model))
+        assert state_equal(client.module_tensors("model_per"), before[client.id])
+        assert state_equal(client.module_tensors(), named_tensors(server.global_model))
 
 
 def test_ditto_plus_lag_personalises_k_global_tensors_and_leaves_the_personal_model_alone(data_dir, tmp_path):

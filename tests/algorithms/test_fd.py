@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.training.classvectors import ClassVectors
 from utils.result_utils import read_results
-from helpers import server_for, train, results_file
+from helpers import in_use, server_for, train, results_file
 
 
 def test_fd_plus_lag_is_refused_because_nothing_is_shared():
@@ -26,7 +26,7 @@ def test_uploads_are_per_class_means_of_the_training_logits_and_the_server_pools
         batches = list(client.train_data.train_batches(client.batch_size, replay))
         x = torch.cat([b[0] for b in batches])
         with torch.no_grad():
-            visited[client.id] = (client.model(x), torch.cat([b[1] for b in batches]))
+            visited[client.id] = (in_use(client).model(x), torch.cat([b[1] for b in batches]))
     assert any(len(v[1]) < len(c.train_data) for c, v in zip(server.selected_clients, visited.values()))
     server.train_clients(server.selected_clients)
     server.receive_models()
@@ -55,7 +55,7 @@ def test_local_loss_adds_lamda_times_kl_to_the_global_logit_of_the_label(data_di
     present[int(y[0])] = False  # rows of this label get no teacher
     teacher = torch.randn(client.num_classes, client.num_classes, generator=torch.Generator().manual_seed(3))
     client.receive_class_vectors(ClassVectors(teacher, present))
-    client.begin_local_training()
+    in_use(client).begin_local_training()
     logits = client.model(x)
     target = torch.softmax(teacher[y], dim=1)
     kl = (target * (target.log() - torch.log_softmax(logits, dim=1))).sum(dim=1) * present[y]

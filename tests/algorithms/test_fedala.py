@@ -9,19 +9,20 @@ from flcore.aggregation import named_tensors
 from flcore.lag.conflict import with_module_buffers
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, train, results_file
 
 
 def test_lower_layers_are_global_upper_layers_the_elementwise_mix_and_w_stays_in_0_1(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedALA", "-nc", "3", "-p", "2", "-s", "20", "-et", "3")
     play_round(server)  # clients now differ from the new global model
-    local = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    local = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     global_state = copy.deepcopy(named_tensors(server.global_model))
     server.send_models()
     lower, upper = ["fc1.0.weight", "fc1.0.bias"], ["fc.weight", "fc.bias"]
     assert server.clients[0].mixed_names == upper
     learned = False
     for client in server.clients:
+        client.check_out()
         state = named_tensors(client.model)
         for name in lower:
             assert torch.equal(state[name], global_state[name])
@@ -39,7 +40,7 @@ def test_one_weight_step_is_w_minus_eta_grad_times_the_difference_clipped(data_d
     eta = 2.0
     server = server_for(data_dir, tmp_path, "-algo", "FedALA", "-s", "40", "-et", str(eta), "-lbs", "200")
     play_round(server)
-    client = server.clients[3]
+    client = in_use(server.clients[3])
     client.ala_start_phase = False  # one epoch, and -lbs covers the whole sample: exactly one step
     with torch.no_grad():
         client.ala_weights["fc.weight"].uniform_(0, 1, generator=torch.Generator().manual_seed(0))
@@ -80,7 +81,7 @@ def test_weights_and_start_phase_are_persistent_client_state(data_dir, tmp_path)
     assert twin.ala_start_phase
     twin.set_state(saved)
     assert not twin.ala_start_phase
-    assert all(torch.equal(twin.ala_weights[n], w) for n, w in server.clients[0].ala_weights.items())
+    assert all(torch.equal(in_use(twin).ala_weights[n], w) for n, w in in_use(server.clients[0]).ala_weights.items())
 
 
 def test_flags_out_of_range_are_refused_by_name(data_dir, tmp_path):
@@ -105,7 +106,7 @@ def test_ala_keeps_a_personal_modules_batchnorm_statistics_while_it_learns(data_
     model the client will hold), and so does the module's weight; the rest arrives from the server."""
     server = server_for(data_dir, tmp_path, "-algo", "FedALA", "-nc", "3", "-s", "20", "-m", "ResNet20",
                         "-data", "Toy3", "-nc", "4", "-p", "2")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     model = client.model
     bn = next(name for name, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d))
     keep = {f"{bn}.weight", f"{bn}.bias"}

@@ -7,7 +7,7 @@ import torch
 from flcore.servers.serveramp import attention_weights
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, perturb_all_clients, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, perturb_all_clients, server_for, train, results_file
 
 
 def test_attention_weights_and_cloud_models_match_a_hand_computation_of_the_kernel(data_dir, tmp_path):
@@ -49,7 +49,7 @@ def test_attention_weights_and_cloud_models_match_a_hand_computation_of_the_kern
 def test_local_loss_adds_lamda_over_two_alphak_times_the_squared_distance_to_u_with_its_gradient(data_dir, tmp_path):
     lamda, alpha = 0.4, 0.2
     server = server_for(data_dir, tmp_path, "-algo", "FedAMP", "-lam", str(lamda), "-alk", str(alpha))
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     noise = torch.Generator().manual_seed(5)
     client.receive_cloud_model({n: p.detach() + torch.randn(p.shape, generator=noise)
                                 for n, p in client.model.named_parameters()})

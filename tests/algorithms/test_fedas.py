@@ -11,7 +11,7 @@ from flcore.clients.clientas import ALIGNMENT_LR, fisher_trace, prototype_alignm
 from flcore.servers.serveras import fisher_weights
 from flcore.training.classfeatures import class_feature_stats
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, perturb_all_clients, upload_current_state, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, perturb_all_clients, upload_current_state, train, results_file
 
 
 def trained_round(data_dir, tmp_path, *extra):
@@ -57,7 +57,7 @@ def test_bodies_are_averaged_with_fisher_weights(data_dir, tmp_path):
     assert server.history["rs_fisher_trace"][-1][server.uploader_ids()].tolist() == [1.0, 2.0, 5.0]
     server.aggregate_parameters()
     for name, value in named_tensors(server.global_model.base).items():
-        expected = sum(w * named_tensors(c.model.base)[name] for w, c in zip((0.125, 0.25, 0.625), uploaders))
+        expected = sum(w * named_tensors(in_use(c).model.base)[name] for w, c in zip((0.125, 0.25, 0.625), uploaders))
         assert torch.allclose(value, expected, atol=1e-6), name
 
 
@@ -90,12 +90,12 @@ def test_selected_clients_adopt_the_global_body_aligned_to_their_own_prototypes(
     server = server_for(data_dir, tmp_path, "-algo", "FedAS", "-jr", "0.5", "-lbs", "32")
     play_round(server)  # bodies now differ from the global one
     global_before = copy.deepcopy(named_tensors(server.global_model))
-    models_before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    models_before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.selected_clients = server.select_clients()
     selected = {c.id for c in server.selected_clients}
     expected = {}
     for client in server.selected_clients:  # replay the alignment by hand, with the client's own batches
-        prototypes = class_feature_stats(client.model.base, client.train_data, client.num_classes).means()
+        prototypes = class_feature_stats(in_use(client).model.base, client.train_data, client.num_classes).means()
         body = copy.deepcopy(server.global_model.base)
         generator = torch.Generator()
         generator.set_state(client.generator.get_state())
@@ -109,6 +109,7 @@ def test_selected_clients_adopt_the_global_body_aligned_to_their_own_prototypes(
     server.send_models()
     assert state_equal(named_tensors(server.global_model), global_before)  # never trained in place (#244)
     for client in server.clients:
+        client.check_out()
         state = named_tensors(client.model)
         heads = [n for n in state if n.startswith("head.")]
         assert state_equal(state, models_before[client.id], heads)

@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, uploads_are, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(data_dir, tmp_path):
@@ -17,14 +17,15 @@ def test_head_never_changes_during_rounds_and_fine_tuning_trains_head_and_base(d
     initial_head = {n[len("head."):]: t for n, t in initial.items() if n.startswith("head.")}
     for _ in range(2):
         play_round(server)
-    assert uploads_are(server, lambda c: c.model.base)
+    assert uploads_are(server, lambda c: in_use(c).model.base)
     for client in server.clients:
+        client.check_out()
         assert state_equal(named_tensors(client.model.head), initial_head), f"client {client.id} head moved"
         assert not any(p.requires_grad for p in client.model.head.parameters())
     assert not state_equal(named_tensors(server.global_model), initial, [n for n in initial if n.startswith("base.")])
 
     server.finish()
-    heads = [named_tensors(c.model.head) for c in server.clients]
+    heads = [named_tensors(in_use(c).model.head) for c in server.clients]
     assert all(not state_equal(h, initial_head) for h in heads), "fine-tuning left a head at its initial value"
     assert not state_equal(heads[0], heads[1])
     assert all(not state_equal(named_tensors(c.model.base), named_tensors(server.global_model.base))
@@ -37,10 +38,10 @@ def test_fine_tuning_starts_from_the_final_global_body(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedBABU", "-jr", "0.5", "-fte", "0")
     play_round(server)
     trained = [c for c in server.clients if c.id in server.uploader_ids()]
-    assert not state_equal(named_tensors(trained[0].model.base), named_tensors(server.global_model.base))
+    assert not state_equal(named_tensors(in_use(trained[0]).model.base), named_tensors(server.global_model.base))
     server.finish()  # zero epochs: what is evaluated is exactly what each client received
     for client in server.clients:
-        assert state_equal(named_tensors(client.model.base), named_tensors(server.global_model.base))
+        assert state_equal(named_tensors(in_use(client).model.base), named_tensors(server.global_model.base))
 
 
 def test_negative_fine_tuning_epochs_are_refused(data_dir, tmp_path):

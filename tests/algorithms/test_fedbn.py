@@ -41,7 +41,7 @@ def test_norm_tensors_are_never_averaged_nor_broadcast_while_the_rest_is(data_di
     assert state_equal(global_state, initial, local), "the server changed a normalisation tensor"
     by_id = {c.id: c for c in server.clients}
     assert all(not any("stem.1" in n for n in u.tensors) for u in server.uploads)  # norms are not uploaded
-    uploads = [named_tensors(by_id[i].model) for i in server.uploader_ids()]
+    uploads = [by_id[i].module_tensors() for i in server.uploader_ids()]
     assert not torch.equal(uploads[0]["stem.1.running_mean"], uploads[1]["stem.1.running_mean"])
     total = sum(by_id[i].train_samples for i in server.uploader_ids())
     weights = [by_id[i].train_samples / total for i in server.uploader_ids()]
@@ -50,10 +50,10 @@ def test_norm_tensors_are_never_averaged_nor_broadcast_while_the_rest_is(data_di
         assert torch.allclose(global_state[name], expected, atol=1e-6), name
 
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.send_models()
     for c in server.clients:
-        state = named_tensors(c.model)
+        state = c.module_tensors()
         assert state_equal(state, before[c.id], local), f"client {c.id} lost a normalisation tensor"
         assert state_equal(state, global_state, set(state) - local), f"client {c.id} missed a shared tensor"
 
@@ -73,9 +73,10 @@ def test_end_to_end_run_keeps_per_client_statistics(data_dir, tmp_path):
     arrays, _ = read_results(results_file(server))
     assert arrays["rs_test_acc"].shape == (1,) and 0 <= arrays["rs_test_acc"][0] <= 1
     assert np.all(np.isfinite(arrays["rs_train_loss"]))
-    trained = [c for c in server.clients if c.model.stem[1].num_batches_tracked > 0]
+    trained = [c for c in server.clients if c.module_tensors()["stem.1.num_batches_tracked"] > 0]
     assert len(trained) == 2
-    assert not torch.equal(trained[0].model.stem[1].running_var, trained[1].model.stem[1].running_var)
+    assert not torch.equal(trained[0].module_tensors()["stem.1.running_var"],
+                           trained[1].module_tensors()["stem.1.running_var"])
 
 
 # ----- -m CNN-BN: FedAvgCNN with BatchNorm, FedBN's model for small images -----
@@ -109,13 +110,13 @@ def test_fedbn_keeps_every_batchnorm_tensor_of_cnn_bn_personal(data_dir, tmp_pat
     assert state_equal(global_state, initial, local) and not state_equal(global_state, initial)
     assert all(not set(u.tensors) & local for u in server.uploads)
     by_id = {c.id: c for c in server.clients}
-    first, second = (named_tensors(by_id[i].model) for i in server.uploader_ids())
+    first, second = (by_id[i].module_tensors() for i in server.uploader_ids())
     assert not torch.equal(first["fc1.1.running_mean"], second["fc1.1.running_mean"])
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.send_models()
     for c in server.clients:
-        state = named_tensors(c.model)
+        state = c.module_tensors()
         assert state_equal(state, before[c.id], local) and state_equal(state, global_state, set(state) - local)
 
 

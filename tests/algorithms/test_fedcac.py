@@ -8,7 +8,7 @@ from flcore.aggregation import named_tensors
 from flcore.clients.clientcac import critical_mask
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, train, results_file
 
 
 def test_the_mask_selects_the_top_tau_fraction_by_sensitivity_per_tensor():
@@ -26,7 +26,7 @@ def test_the_mask_selects_the_top_tau_fraction_by_sensitivity_per_tensor():
 
 def customised_by_hand(server, trained, global_state, beta):
     """Overlaps, threshold and customised models computed pair by pair from the definitions."""
-    clients = [c for c in server.clients if c.id in server.previous_uploaders]
+    clients = [in_use(c) for c in server.clients if c.id in server.previous_uploaders]
     flat = {c.id: torch.cat([m.reshape(-1) for m in c.critical_masks.values()]).float() for c in clients}
     overlap = {(i, j): 1 - (flat[i] - flat[j]).abs().sum() / (2 * flat[i].sum())
                for i in flat for j in flat if i != j}
@@ -49,12 +49,13 @@ def test_critical_entries_come_from_the_customised_model_the_rest_from_the_globa
     server = server_for(data_dir, tmp_path, "-algo", "FedCAC", "-tau", "0.3", "-bt", str(beta))
     play_round(server)
     server.current_round = 1
-    trained = {c.id: copy.deepcopy(dict(c.model.named_parameters())) for c in server.clients}
+    trained = {c.id: copy.deepcopy(dict(in_use(c).model.named_parameters())) for c in server.clients}
     global_state = copy.deepcopy(named_tensors(server.global_model))
     expected, threshold = customised_by_hand(server, trained, global_state, beta)
     server.send_models()
     assert server.history["rs_cac_threshold"][-1] == pytest.approx(threshold)
     for client in server.clients:
+        client.check_out()
         for name, param in client.model.named_parameters():
             assert torch.allclose(param, expected[client.id][name], atol=1e-7), (client.id, name)
             mask = client.critical_masks[name]
@@ -74,12 +75,13 @@ def test_clients_that_did_not_upload_keep_their_critical_entries(data_dir, tmp_p
     server = server_for(data_dir, tmp_path, "-algo", "FedCAC", "-tau", "0.3", "-bt", "4", "-jr", "0.5")
     play_round(server)
     play_round(server)
-    absent = [c for c in server.clients if c.critical_masks and c.id not in server.previous_uploaders]
+    absent = [c for c in server.clients if in_use(c).critical_masks and c.id not in server.previous_uploaders]
     assert absent
     own = {c.id: copy.deepcopy(dict(c.model.named_parameters())) for c in absent}
     global_state = named_tensors(server.global_model)
     server.send_models()
     for client in absent:
+        client.check_out()
         for name, param in client.model.named_parameters():
             mask = client.critical_masks[name]
             assert torch.equal(param[mask], own[client.id][name][mask])
@@ -100,6 +102,8 @@ def test_state_survives_export_and_import(data_dir, tmp_path):
         server.current_round = 2
         play_round(server)
     for a, b in zip(original.clients, twin.clients):
+        a.check_out()
+        b.check_out()
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
         assert all(torch.equal(a.critical_masks[n], b.critical_masks[n]) for n in a.critical_masks)
 

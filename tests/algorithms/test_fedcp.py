@@ -10,7 +10,7 @@ from flcore.aggregation import named_tensors, sample_weights
 from utils.errors import ConfigError
 from flcore.trainmodel.fedcp_model import gumbel_noise, rbf_mmd
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, train, results_file
 
 
 def test_rbf_mmd_matches_a_hand_computation():
@@ -30,7 +30,7 @@ def test_rbf_mmd_matches_a_hand_computation():
 
 def test_policy_splits_each_feature_between_the_two_heads(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedCP")
-    model = server.clients[2].model.eval()
+    model = in_use(server.clients[2]).model.eval()
     x = server.clients[2].test_data.x
     with torch.no_grad():
         model.global_head.weight.add_(0.3)  # make the two heads differ
@@ -48,7 +48,7 @@ def test_policy_splits_each_feature_between_the_two_heads(data_dir, tmp_path):
 
 def test_local_loss_adds_lambda_times_mmd_to_the_received_base(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedCP", "-lam", "2.0")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     client.begin_local_training()
     received = copy.deepcopy(client.model.base)
     with torch.no_grad():  # as if some steps were taken: the base moves, the reference must not
@@ -73,9 +73,10 @@ def test_global_head_is_frozen_and_uploaded_as_the_mean_of_both_heads(data_dir, 
     server.selected_clients = server.select_clients()
     server.send_models()
     received = copy.deepcopy(named_tensors(server.global_model.global_head))
-    heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
+    heads = {c.id: copy.deepcopy(named_tensors(in_use(c).model.head)) for c in server.clients}
     server.train_clients(server.selected_clients)
     for client in server.selected_clients:
+        client.check_out()
         head = named_tensors(client.model.head)
         assert not state_equal(head, heads[client.id])
         for name, value in named_tensors(client.model.global_head).items():
@@ -84,14 +85,15 @@ def test_global_head_is_frozen_and_uploaded_as_the_mean_of_both_heads(data_dir, 
     server.aggregate_parameters()
     weights = sample_weights([c.train_samples for c in server.selected_clients])
     for name, value in named_tensors(server.global_model.global_head).items():
-        expected = sum(w * named_tensors(c.model.global_head)[name] for w, c in zip(weights, server.selected_clients))
+        expected = sum(w * named_tensors(in_use(c).model.global_head)[name] for w, c in zip(weights, server.selected_clients))
         assert torch.allclose(value, expected, atol=1e-6)
 
-    trained_heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
+    trained_heads = {c.id: copy.deepcopy(named_tensors(in_use(c).model.head)) for c in server.clients}
     server.send_models()
     global_state = named_tensors(server.global_model)
     shared = [n for n in global_state if not n.startswith("head.")]
     for client in server.clients:
+        client.check_out()
         assert state_equal(named_tensors(client.model), global_state, shared)
         assert state_equal(named_tensors(client.model.head), trained_heads[client.id])
 
@@ -105,13 +107,13 @@ def test_training_does_not_depend_on_client_order_or_the_global_generator(data_d
     updates = {}
     for client in reversed(second.selected_clients):
         torch.rand(3)
-        updates[client.id] = client.train()
+        updates[client.id] = in_use(client).train()
     second.trained_updates = {c.id: updates[c.id] for c in second.selected_clients}
     second.receive_models()
     second.aggregate_parameters()
     assert state_equal(named_tensors(first.global_model), named_tensors(second.global_model))
     for a, b in zip(first.clients, second.clients):
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert state_equal(a.module_tensors(), b.module_tensors())
 
 
 def test_negative_lambda_is_refused(data_dir, tmp_path):

@@ -9,7 +9,7 @@ from flcore.aggregation import named_tensors
 from flcore.crossaggregation import (IN_ORDER, LEAST_SIMILAR, MOST_SIMILAR, NO_COLLABORATOR, collaborators,
                                      cosine_similarities, cross_aggregate)
 from utils.errors import ConfigError
-from helpers import (assert_lag_composes, assert_same_training, play_round, server_for, state_equal, train,
+from helpers import (assert_lag_composes, assert_same_training, in_use, play_round, server_for, state_equal, train,
                      train_and_compare, train_both)
 from personal_checks import accuracy_of, zero_
 
@@ -57,9 +57,9 @@ def test_a_round_trains_every_middleware_model_on_its_own_client_then_fuses_it(d
     slots = [server.slot_of[c.id] for c in server.selected_clients]
     assert sorted(slots) == [0, 1, 2]
     for client in server.selected_clients:
-        assert state_equal(named_tensors(client.model), server.middleware[server.slot_of[client.id]])
+        assert state_equal(client.module_tensors(), server.middleware[server.slot_of[client.id]])
     unselected = [c for c in server.clients if c not in server.selected_clients]
-    assert all(state_equal(named_tensors(c.model), named_tensors(server.global_model)) for c in unselected)
+    assert all(state_equal(c.module_tensors(), named_tensors(server.global_model)) for c in unselected)
     server.train_clients(server.selected_clients)
     server.receive_models()
     trained = {server.slot_of[u.client_id]: copy.deepcopy(u.tensors) for u in server.uploads}
@@ -92,7 +92,8 @@ def test_every_client_reports_the_global_model_not_the_middleware_it_holds(data_
     server.middleware = [{n: t.detach().clone() for n, t in zeros.items()} for _ in server.middleware]
     server.selected_clients = server.select_clients()
     server.send_models()  # the selected clients now hold all-zero middleware models
-    assert all(float(p.detach().abs().sum()) == 0 for c in server.selected_clients for p in c.model.parameters())
+    assert all(float(p.detach().abs().sum()) == 0 for c in server.selected_clients
+               for p in in_use(c).model.parameters())
     server.evaluate()
     history = server.history
     assert history["rs_test_acc"][-1] == pytest.approx(accuracy_of(server.clients, lambda c: server.global_model))
@@ -107,8 +108,8 @@ def test_a_newcomer_gets_the_global_model(data_dir, tmp_path):
                         "-jr", "0.5")
     train(server)
     newcomer = server.new_clients[0]
-    assert state_equal(named_tensors(newcomer.model), named_tensors(server.global_model))
-    assert all(not state_equal(named_tensors(newcomer.model), m) for m in server.middleware)
+    assert state_equal(newcomer.module_tensors(), named_tensors(server.global_model))
+    assert all(not state_equal(newcomer.module_tensors(), m) for m in server.middleware)
 
 
 def test_fedcross_plus_lag_keeps_the_personal_layers_whatever_middleware_model_arrives(data_dir, tmp_path):

@@ -7,17 +7,18 @@ from flcore.aggregation import named_tensors, sample_weights
 from utils.errors import ConfigError
 from utils.result_utils import read_results
 from utils.seeding import client_generator
-from helpers import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_bias_is_personal_and_enters_the_prediction(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5")
     play_round(server)
     trained = {c.id for c in server.selected_clients}
+    bias_storage = {c.module_tensors("feature_bias")["bias"].data_ptr() for c in server.clients}
     for client in server.clients:
+        client.check_out()
         assert bool(client.feature_bias.bias.abs().sum() > 0) == (client.id in trained), client.id
         assert id(client.feature_bias.bias) not in {id(p) for p in client.model.parameters()}
-    bias_storage = {c.feature_bias.bias.data_ptr() for c in server.clients}
     for upload in server.uploads:
         assert not bias_storage & {t.data_ptr() for t in upload.tensors.values()}
 
@@ -36,7 +37,7 @@ def test_bias_is_personal_and_enters_the_prediction(data_dir, tmp_path):
 
 def test_mean_regulariser_matches_a_hand_computation(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedDBE", "-mo", "0.3", "-klw", "2.0")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     x, y = client.train_data.x[:12], client.train_data.y[:12]
     dim = client.feature_bias.bias.shape[0]
     generator = torch.Generator().manual_seed(1)
@@ -65,7 +66,7 @@ def test_global_mean_is_deterministic_order_free_and_sample_weighted(data_dir, t
     assert torch.equal(first.global_feature_mean, second.global_feature_mean)
     # The warm-up leaves every client's model as it was built: the initial global model.
     for client in second.clients:
-        assert state_equal(named_tensors(client.model), named_tensors(second.global_model))
+        assert state_equal(client.module_tensors(), named_tensors(second.global_model))
     # Recomputed in reverse client order, from fresh generators, with the global RNG disturbed.
     means = {}
     for client in reversed(second.clients):
@@ -91,8 +92,8 @@ def test_feddbe_plus_lag_keeps_the_feature_bias_private(data_dir, tmp_path):
 def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
     original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "FedDBE", "-jr", "0.5", "-klw", "1.0")
     for a, b in zip(original.clients, twin.clients):
-        assert torch.equal(a.feature_bias.bias, b.feature_bias.bias)
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert torch.equal(a.module_tensors("feature_bias")["bias"], b.module_tensors("feature_bias")["bias"])
+        assert state_equal(a.module_tensors(), b.module_tensors())
 
 
 def test_end_to_end_with_the_regulariser(data_dir, tmp_path):
@@ -102,4 +103,4 @@ def test_end_to_end_with_the_regulariser(data_dir, tmp_path):
     assert attrs["complete"] and len(arrays["rs_test_acc"]) == 2
     assert np.isfinite(arrays["rs_train_loss"]).all()
     assert arrays["rs_test_acc"][-1] > arrays["rs_test_acc"][0]
-    assert all(c.feature_bias.bias.abs().sum() > 0 for c in server.clients)
+    assert all(c.module_tensors("feature_bias")["bias"].abs().sum() > 0 for c in server.clients)

@@ -9,7 +9,7 @@ from flcore.aggregation import copy_into, named_tensors
 from flcore.clients.clientfomo import fomo_weights
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, original_and_restored_twin, play_round, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, original_and_restored_twin, play_round, server_for, train, results_file
 
 
 def test_weight_formula_on_a_hand_made_case():
@@ -35,14 +35,14 @@ def validation_loss(model, data):
 def test_client_combines_the_downloads_it_gains_from_and_keeps_its_own_model_otherwise(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedFomo")
     client = server.clients[0]
-    untrained = snapshot(client.model)
+    untrained = snapshot(in_use(client).model)
     play_round(server)  # every client now holds its own trained model
     n = len(client.train_data) + len(client.validation_data)
     assert len(client.validation_data) == int(0.2 * n)  # the last 20% is held out, the rest trains
     # Client 0 goes back to its untrained model and downloads trained ones (its own among them) and
     # one that only hurts.
     sources = server.clients[:4]
-    states = [snapshot(c.model) for c in sources]
+    states = [snapshot(in_use(c).model) for c in sources]
     states.append({n: t + 3 * torch.randn(t.shape, generator=torch.Generator().manual_seed(0))
                    for n, t in untrained.items()})
     copy_into(client.model, untrained)
@@ -80,7 +80,7 @@ def test_server_sends_the_top_m_by_affinity_and_adds_the_raw_weights_to_it(data_
     assert server.downloads_for(0) == [2, 4]  # never itself, highest affinity first
     server.stored_models[2] = None
     assert server.downloads_for(0) == [4, 1]  # only clients whose upload is stored
-    server.stored_models[2] = copy.deepcopy(named_tensors(server.clients[2].model))
+    server.stored_models[2] = copy.deepcopy(server.clients[2].module_tensors())
     affinity = server.affinity.copy()
     play_round(server)
     for client_id in server.uploader_ids():
@@ -89,7 +89,7 @@ def test_server_sends_the_top_m_by_affinity_and_adds_the_raw_weights_to_it(data_
         for j, w in weights.items():
             assert server.affinity[client_id, j] == pytest.approx(affinity[client_id, j] + w)
         stored = server.stored_models[client_id]
-        assert all(torch.equal(stored[n], t) for n, t in named_tensors(server.clients[client_id].model).items())
+        assert all(torch.equal(stored[n], t) for n, t in server.clients[client_id].module_tensors().items())
 
 
 def test_state_survives_export_and_import(data_dir, tmp_path):
@@ -97,7 +97,7 @@ def test_state_survives_export_and_import(data_dir, tmp_path):
                                                 rounds_before=2)
     assert np.array_equal(original.affinity, twin.affinity)
     for a, b in zip(original.clients, twin.clients):
-        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+        assert all(torch.equal(p, q) for p, q in zip(in_use(a).model.parameters(), in_use(b).model.parameters()))
 
 
 def test_fedfomo_plus_lag_keeps_personal_layers(data_dir, tmp_path):

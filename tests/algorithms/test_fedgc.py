@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from flcore.aggregation import named_tensors
 from flcore.training.gradient_correction import corrected_embeddings, cross_client_regulariser
-from helpers import assert_lag_composes, play_round, server_for, state_equal, uploads_are
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, uploads_are
 
 # Client 0 holds classes 0 and 1, client 1 holds 0 and 2 (rows of classes a client lacks must not matter).
 EMBEDDINGS = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]],
@@ -42,7 +42,7 @@ def test_regulariser_contrasts_each_class_embedding_with_the_other_clients_other
 
 def test_local_training_is_a_softmax_over_the_clients_own_classes(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGC")
-    client = next(c for c in server.clients if not bool(c.held_classes.all()))
+    client = in_use(next(c for c in server.clients if not bool(c.held_classes.all())))
     assert client.model.head.bias is None  # a head of class embeddings
     x, y = client.train_data.x[:12], client.train_data.y[:12]
     held = client.held_classes
@@ -62,7 +62,7 @@ def test_body_is_averaged_and_each_head_comes_back_corrected_by_the_server(data_
     server = server_for(data_dir, tmp_path, "-algo", "FedGC", "-jr", "0.5", "-lam", str(lamda))
     before = server.class_embeddings.clone()
     play_round(server)
-    assert uploads_are(server, lambda client: client.model.base)  # the head never travels as a shared tensor
+    assert uploads_are(server, lambda client: in_use(client).model.base)  # the head never travels as a shared tensor
     uploaded = before.clone()
     for update in server.uploads:
         uploaded[update.client_id] = update.extras["class_embeddings"]
@@ -71,6 +71,7 @@ def test_body_is_averaged_and_each_head_comes_back_corrected_by_the_server(data_
     assert not torch.allclose(server.class_embeddings, uploaded, atol=1e-4)  # the correction moved them
     server.send_models()
     for client in server.clients:
+        client.check_out()
         assert torch.equal(client.model.head.weight, server.class_embeddings[client.id])
         assert state_equal(named_tensors(client.model.base), named_tensors(server.global_model.base))
 
@@ -99,10 +100,10 @@ def test_fedgc_lag_personalises_body_tensors_and_the_server_still_sends_each_hea
 
 def test_newcomer_gets_the_global_body_and_a_fresh_head_over_its_own_classes(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGC", "-nc", "4", "-nnc", "1", "-gr", "1", "-ften", "0")
-    initial_head = server.clients[0].model.head.weight.detach().clone()
+    initial_head = server.clients[0].module_tensors()["head.weight"].detach().clone()
     for _ in range(2):
         play_round(server)
-    newcomer = server.set_clients([4])[0]
+    newcomer = in_use(server.set_clients([4])[0])
     server.receive_new_client(newcomer)
     assert state_equal(named_tensors(newcomer.model.base), named_tensors(server.global_model.base))
     assert torch.equal(newcomer.model.head.weight, initial_head)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from flcore.aggregation import named_tensors
 from flcore.servers.servergen import head_function
 from flcore.training.feature_generator import draw_labels_and_noise, ensemble_logits, label_shares
-from helpers import (assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal,
+from helpers import (assert_lag_composes, in_use, original_and_restored_twin, play_round, server_for, state_equal,
                      upload_current_state, uploads_are)
 
 
@@ -65,7 +65,7 @@ def test_clients_add_the_heads_cross_entropy_on_generated_features_from_round_on
     server = server_for(data_dir, tmp_path, "-algo", "FedGen", "-jr", "0.5")
     play_round(server)
     server.send_models()
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     generator = client.feature_generator
     assert generator is not None and not generator.training
     assert not any(p.requires_grad for p in generator.parameters())
@@ -108,11 +108,12 @@ def test_localized_feature_extractor_shares_the_head_only(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGen", "-lf", "True", "-jr", "0.5")
     initial_base = copy.deepcopy(named_tensors(server.global_model.base))
     play_round(server)
-    assert uploads_are(server, lambda client: client.model.head) and server.generator_trained
+    assert uploads_are(server, lambda client: in_use(client).model.head) and server.generator_trained
     assert state_equal(named_tensors(server.global_model.base), initial_base)
-    bases = {c.id: copy.deepcopy(named_tensors(c.model.base)) for c in server.clients}
+    bases = {c.id: copy.deepcopy(named_tensors(in_use(c).model.base)) for c in server.clients}
     server.send_models()
     for client in server.clients:
+        client.check_out()
         assert state_equal(named_tensors(client.model.base), bases[client.id])
         assert state_equal(named_tensors(client.model.head), named_tensors(server.global_model.head))
 
@@ -133,7 +134,7 @@ def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
 def test_newcomer_gets_the_global_model_and_the_generator_and_fine_tunes_with_it(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGen", "-nc", "4", "-nnc", "1", "-gr", "1")
     play_round(server)
-    newcomer = server.set_clients([4])[0]
+    newcomer = in_use(server.set_clients([4])[0])
     server.receive_new_client(newcomer)
     assert state_equal(named_tensors(newcomer.model), named_tensors(server.global_model))
     assert state_equal(named_tensors(newcomer.feature_generator), named_tensors(server.feature_generator))

@@ -11,7 +11,7 @@ from utils.errors import ConfigError
 from flcore.servers.servergh import prototype_examples
 from flcore.training.classfeatures import class_feature_stats, pooled_prototypes
 from utils.result_utils import read_results
-from helpers import perturb_all_clients, server_for, state_equal, train, results_file
+from helpers import in_use, perturb_all_clients, server_for, state_equal, train, results_file
 
 
 def test_fedgh_plus_lag_is_refused_because_fedgh_uploads_prototypes():
@@ -21,7 +21,7 @@ def test_fedgh_plus_lag_is_refused_because_fedgh_uploads_prototypes():
 
 def test_class_feature_stats_are_per_class_sums_counts_and_means(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedGH")
-    client = server.clients[1]
+    client = in_use(server.clients[1])
     stats = class_feature_stats(client.model.base, client.train_data, client.num_classes, batch_size=7)
     with torch.no_grad():
         features = client.model.base(client.train_data.x).double()
@@ -51,7 +51,7 @@ def test_server_trains_the_head_on_prototypes_only_and_every_client_receives_exa
     # The uploads are each client's class means under its trained body.
     for client, (prototypes, counts) in zip(server.selected_clients, server.uploaded_prototypes):
         with torch.no_grad():
-            features = client.model.base(client.train_data.x)
+            features = in_use(client).model.base(client.train_data.x)
         for k in range(client.num_classes):
             rows = features[client.train_data.y == k]
             assert counts[k] == len(rows)

@@ -12,7 +12,7 @@ from flcore.exchange import ClientUpdate
 from flcore.training.lowrank import kept_rank, low_rank_step, scheduled_energy, truncated
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, results_file, server_for, state_equal, train
+from helpers import assert_lag_composes, in_use, play_round, results_file, server_for, state_equal, train
 from mutual_checks import (assert_gradients, assert_newcomer_gets_the_global_shared_model_and_a_fresh_private_one,
                            assert_one_backward_gives_each_model_its_own_loss, gradients_of, hand_kl)
 from personal_checks import wiggle_
@@ -53,7 +53,7 @@ def test_the_energy_rises_linearly_from_t_start_to_t_end():
 
 
 def test_each_model_descends_its_own_adaptive_distillation_loss(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "FedKD", "-mlr", "0.02").clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "FedKD", "-mlr", "0.02").clients[0])
     wiggle_(client.private_model, scale=0.3)
     wiggle_(client.hidden_map, scale=0.1)
     x, y = client.train_data.x[:8], client.train_data.y[:8]
@@ -88,7 +88,7 @@ def trained_client(data_dir, tmp_path, energy: str):
     server = server_for(data_dir, tmp_path / energy, "-algo", "FedKD", "-Ts", energy, "-Te", energy)
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     received = copy.deepcopy(named_tensors(client.model))
     return server, client, received, client.train()
 
@@ -141,7 +141,7 @@ def test_a_run_records_the_energy_schedule_and_both_fractions(data_dir, tmp_path
 
 def test_a_count_of_numbers_sent_that_cannot_be_is_refused(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedKD")
-    update = server.clients[0].upload()
+    update = in_use(server.clients[0]).upload()
     assert server.extras_problem(update) is None
     for bad in (-1, 10**9, 2.5, True, None):
         forged = ClientUpdate(update.client_id, update.num_samples, update.tensors, extras={"numbers_sent": bad})

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from flcore.clients.clientlc import calibration_offsets
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, server_for, train, results_file
+from helpers import assert_lag_composes, in_use, server_for, train, results_file
 
 
 def test_offsets_are_tau_times_count_to_the_minus_quarter_and_infinite_for_absent_classes():
@@ -23,7 +23,7 @@ def test_calibrated_loss_matches_a_hand_computation_with_classes_the_client_neve
     tau = 2.0
     # Six outputs for four-class data: classes 4 and 5 are absent on every client.
     server = server_for(data_dir, tmp_path, "-algo", "FedLC", "-tau", str(tau), "-ncl", "6")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     counts = Counter(client.train_data.y.tolist())
     assert client.class_counts.tolist() == [counts.get(c, 0) for c in range(6)]
     x, y = client.train_data.x[:5], client.train_data.y[:5]
@@ -45,7 +45,7 @@ def test_calibrated_loss_matches_a_hand_computation_with_classes_the_client_neve
 
 def test_zero_tau_is_plain_cross_entropy(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedLC", "-tau", "0", "-ncl", "6")
-    client = server.clients[1]
+    client = in_use(server.clients[1])
     x, y = client.train_data.x[:10], client.train_data.y[:10]
     with torch.no_grad():
         assert torch.equal(client.local_loss(x, y), F.cross_entropy(client.model(x), y))

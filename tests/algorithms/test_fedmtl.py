@@ -67,19 +67,19 @@ def test_models_stay_each_tasks_own_and_the_server_keeps_every_upload(data_dir, 
     for client in server.clients:
         stored = server.latest_models[client.id]
         if client.id in uploaded:
-            assert state_equal(stored, named_tensors(client.model))
+            assert state_equal(stored, client.module_tensors())
         else:
-            assert stored is None and state_equal(named_tensors(client.model), initial)
+            assert stored is None and state_equal(client.module_tensors(), initial)
     # The global model is the plain mean over all tasks (not-yet-trained ones at the initial model).
     known = server.known_models()
     for name, value in named_tensors(server.global_model).items():
         assert torch.allclose(value, sum(k[name] for k in known) / len(known), atol=1e-6), name
     # A broadcast loads nothing into any client: each model stays its own.
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.selected_clients = server.select_clients()
     server.send_models()
-    assert all(state_equal(named_tensors(c.model), before[c.id]) for c in server.clients)
+    assert all(state_equal(c.module_tensors(), before[c.id]) for c in server.clients)
 
 
 def test_fedmtl_plus_lag_does_not_couple_the_personal_layers(data_dir, tmp_path):
@@ -98,6 +98,6 @@ def test_a_new_task_starts_at_the_mean_and_is_coupled_to_it(data_dir, tmp_path):
     newcomer = server.new_clients[0]
     known = server.known_models()
     mean = {n: sum(k[n] for k in known) / len(known) for n in known[0]}
-    assert all(torch.allclose(t, mean[n], atol=1e-6) for n, t in named_tensors(newcomer.model).items())
+    assert all(torch.allclose(t, mean[n], atol=1e-6) for n, t in newcomer.module_tensors().items())
     assert all(torch.allclose(a, mean[n], atol=1e-6) for n, a in newcomer.relationship_anchor.items())
     assert float(newcomer.relationship_self_weight) == pytest.approx(4 / 5)  # one more task: Omega_tt = m/(m+1)

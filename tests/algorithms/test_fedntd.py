@@ -10,7 +10,7 @@ from flcore.clients.clientntd import not_true_distillation, not_true_logits
 from flcore.servers.serveravg import FedAvg
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, server_for, server_of_class, train, results_file
+from helpers import assert_lag_composes, in_use, server_for, server_of_class, train, results_file
 
 
 def softmax(values, tau):
@@ -55,7 +55,7 @@ def test_local_loss_adds_beta_times_the_term_against_the_received_global_model(d
     server = server_for(data_dir, tmp_path, "-algo", "FedNTD", "-bt", str(beta), "-tau", str(tau))
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.clients[4]
+    client = in_use(server.clients[4])
     client.begin_local_training()
     generator = torch.Generator().manual_seed(2)
     with torch.no_grad():

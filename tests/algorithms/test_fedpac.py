@@ -10,7 +10,13 @@ from flcore.clients.clientpac import feature_alignment_loss, qp_statistics
 from utils.errors import ConfigError
 from flcore.servers.serverpac import head_combination_weights, simplex_qp
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, server_for, state_equal, train, results_file
+
+
+def part_of(client, part: str) -> dict:
+    """The tensors of ``client.model.<part>``, named as in it (read without checking the client out)."""
+    prefix = part + "."
+    return {n[len(prefix):]: t for n, t in client.module_tensors().items() if n.startswith(prefix)}
 
 
 def objective(p, a):
@@ -77,7 +83,7 @@ def test_alignment_loss_against_a_hand_computation(data_dir, tmp_path):
     assert torch.allclose(feature_alignment_loss(features, labels, prototypes, present), total / 15)
     # The client's local objective is cross-entropy + lamda * that term on its own features.
     server = server_for(data_dir, tmp_path, "-algo", "FedPAC", "-lam", "0.7")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     client.set_global_prototypes(torch.randn(4, 100, generator=g), torch.tensor([True, True, False, True]))
     x, y = client.train_data.x[:8], client.train_data.y[:8]
     z = client.model.base(x)
@@ -89,7 +95,7 @@ def test_alignment_loss_against_a_hand_computation(data_dir, tmp_path):
 
 def test_head_stage_trains_the_head_with_the_body_frozen(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedPAC", "-ls", "0")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     before = copy.deepcopy(named_tensors(client.model))
     client.train()
     after = named_tensors(client.model)
@@ -103,7 +109,7 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
     server.send_models()
     server.train_clients(server.selected_clients)
     server.receive_models()
-    heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
+    heads = {c.id: copy.deepcopy(part_of(c, "head")) for c in server.clients}
     server.aggregate_parameters()
     uploaders = [c for c in server.clients if c.id in server.uploader_ids()]
     assert len(uploaders) == 3
@@ -121,18 +127,18 @@ def test_server_pools_prototypes_combines_heads_and_averages_only_bodies(data_di
     assert np.allclose(weights, recomputed) and np.allclose(weights.sum(1), 1.0)
     assert not np.allclose(weights, np.eye(3))  # the heads really were mixed
     for i, client in enumerate(uploaders):
-        for name, value in named_tensors(client.model.head).items():
+        for name, value in part_of(client, "head").items():
             expected = sum(weights[i, j] * heads[other.id][name] for j, other in enumerate(uploaders))
             assert torch.allclose(value, expected, atol=1e-6), (client.id, name)
     for client in server.clients:
         if client.id not in server.uploader_ids():
-            assert state_equal(named_tensors(client.model.head), heads[client.id])
+            assert state_equal(part_of(client, "head"), heads[client.id])
     # Broadcast: every client gets the averaged body and the prototypes; heads stay put.
-    heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
+    heads = {c.id: copy.deepcopy(part_of(c, "head")) for c in server.clients}
     server.send_models()
     for client in server.clients:
-        assert state_equal(named_tensors(client.model.base), named_tensors(server.global_model.base))
-        assert state_equal(named_tensors(client.model.head), heads[client.id])
+        assert state_equal(part_of(client, "base"), named_tensors(server.global_model.base))
+        assert state_equal(part_of(client, "head"), heads[client.id])
         assert torch.equal(client.global_prototypes, server.global_prototypes)
 
 

@@ -13,7 +13,7 @@ from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serverpcl import prototype_bank
 from flcore.training.classvectors import ClassVectors, average_over_holders
 from utils.result_utils import read_results
-from helpers import play_round, results_file, server_for, state_equal, train
+from helpers import in_use, play_round, results_file, server_for, state_equal, train
 
 
 def test_fedpcl_plus_lag_is_refused_because_nothing_is_shared():
@@ -55,9 +55,10 @@ def test_bank_fills_each_clients_missing_classes_with_the_global_prototypes():
 
 
 def unit_class_means(client) -> ClassVectors:
+    model = in_use(client).model
     with torch.no_grad():
-        client.model.eval()
-        features = F.normalize(client.model.base(client.train_data.x), dim=1)
+        model.eval()
+        features = F.normalize(model.base(client.train_data.x), dim=1)
     held = torch.bincount(client.train_data.y, minlength=client.num_classes) > 0
     means = torch.stack([features[client.train_data.y == k].mean(0) if held[k] else torch.zeros(features.shape[1])
                          for k in range(client.num_classes)])
@@ -66,18 +67,18 @@ def unit_class_means(client) -> ClassVectors:
 
 def test_first_round_only_measures_then_the_server_keeps_every_clients_latest_prototypes(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedPCL", "-jr", "0.5")
-    initial = {c.id: {n: t.clone() for n, t in named_tensors(c.model).items()} for c in server.clients}
+    initial = {c.id: {n: t.clone() for n, t in c.module_tensors().items()} for c in server.clients}
     play_round(server)
     first = set(server.uploader_ids())
     for client in server.clients:  # an empty bank: the loss is 0 and no parameter moves
-        assert state_equal(named_tensors(client.model), initial[client.id])
+        assert state_equal(client.module_tensors(), initial[client.id])
     for update in server.uploads:
         expected = unit_class_means(server.clients[update.client_id])
         sent = update.extras["class_vectors"]
         assert torch.equal(sent.present, expected.present)
         assert torch.allclose(sent.vectors, expected.vectors, atol=1e-5)
     play_round(server)  # now every selected client trains against the bank
-    assert any(not state_equal(named_tensors(c.model), initial[c.id]) for c in server.selected_clients)
+    assert any(not state_equal(c.module_tensors(), initial[c.id]) for c in server.selected_clients)
     uploaded = sorted(first | set(server.uploader_ids()))
     assert server.client_present.any(dim=1).nonzero().flatten().tolist() == uploaded
     for update in server.uploads:
@@ -93,7 +94,7 @@ def test_first_round_only_measures_then_the_server_keeps_every_clients_latest_pr
 def test_a_client_is_classified_by_its_most_similar_local_prototype_not_by_the_head(data_dir, tmp_path):
     tau = 0.2
     server = server_for(data_dir, tmp_path, "-algo", "FedPCL", "-tau", str(tau))
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     assert client.test_metrics().correct == 0  # no prototype yet: nothing is predicted
     client.measure_local_prototypes()
     with torch.no_grad():
@@ -117,10 +118,10 @@ def test_a_short_run_learns(data_dir, tmp_path):
 
 def test_newcomer_trains_against_the_bank_and_is_classified_by_its_own_prototypes(data_dir, tmp_path, monkeypatch):
     server = server_for(data_dir, tmp_path, "-algo", "FedPCL", "-nc", "4", "-nnc", "1", "-gr", "1", "-jr", "1")
-    initial = {n: t.clone() for n, t in named_tensors(server.clients[0].model).items()}
+    initial = {n: t.clone() for n, t in server.clients[0].module_tensors().items()}
     for _ in range(2):
         play_round(server)
-    newcomer = server.set_clients([4])[0]
+    newcomer = in_use(server.set_clients([4])[0])
     server.receive_new_client(newcomer)
     assert state_equal(named_tensors(newcomer.model), initial)  # no parameters travel
     expected = server.class_vector_payload()

@@ -6,7 +6,7 @@ import torch
 
 from flcore.aggregation import named_tensors
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, uploads_are, train, results_file
+from helpers import assert_lag_composes, in_use, perturb_all_clients, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def hand_average(server, part):
@@ -23,12 +23,12 @@ def test_base_is_averaged_and_every_head_stays_personal(data_dir, tmp_path):
     initial_head = copy.deepcopy(named_tensors(server.global_model.head))
     play_round(server)
     by_id = {c.id: c for c in server.clients}
-    assert uploads_are(server, lambda c: c.model.base)
-    for name, expected in hand_average(server, lambda c: c.model.base).items():
+    assert uploads_are(server, lambda c: in_use(c).model.base)
+    for name, expected in hand_average(server, lambda c: in_use(c).model.base).items():
         assert torch.allclose(dict(server.global_model.base.named_parameters())[name], expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.head), initial_head)
     trained = [by_id[i] for i in server.uploader_ids()]
-    assert not torch.equal(trained[0].model.head.weight, trained[1].model.head.weight)
+    assert not torch.equal(trained[0].module_tensors()["head.weight"], trained[1].module_tensors()["head.weight"])
 
     perturb_all_clients(server)
     heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}

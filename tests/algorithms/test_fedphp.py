@@ -11,7 +11,7 @@ from flcore.aggregation import named_tensors
 from flcore.clients.clientphp import mmd_rbf
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, uniform_loss, wiggle_, zero_
 
 FLAGS = ("-algo", "FedPHP", "-lam", "0.1", "-mu", "0.9")
@@ -32,7 +32,7 @@ def hand_mmd(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_hpm_inherits_mu_c_of_itself_and_the_rest_from_the_trained_model(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, *FLAGS, "-gr", "10").clients[0]
+    client = in_use(server_for(data_dir, tmp_path, *FLAGS, "-gr", "10").clients[0])
     client.participations = 3
     mu_c = 0.9 * 3 / 10  # -mu * participations / (jr * gr)
     wiggle_(client.model_hpm, scale=0.3)
@@ -53,7 +53,7 @@ def test_the_server_tells_every_client_how_often_it_takes_part(data_dir, tmp_pat
 
 
 def test_local_loss_is_weighted_ce_plus_mmd_to_the_hpm_features(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, *FLAGS).clients[0]
+    client = in_use(server_for(data_dir, tmp_path, *FLAGS).clients[0])
     wiggle_(client.model_hpm, scale=0.3)
     x, y = client.train_data.x[:8], client.train_data.y[:8]
     with torch.no_grad():
@@ -69,10 +69,10 @@ def test_the_reported_model_is_the_hpm(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, *FLAGS)
     play_round(server)
     for client in server.clients:
-        zero_(client.model_hpm)
+        zero_(in_use(client).model_hpm)
     server.send_models()
     server.evaluate()
-    assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_hpm))
+    assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, lambda c: in_use(c).model_hpm))
     assert server.rs_train_loss[-1] == pytest.approx(uniform_loss(server.num_classes), rel=1e-6)
 
 
@@ -95,4 +95,4 @@ def test_two_rounds_build_hpms_apart_from_the_shared_models(data_dir, tmp_path):
     for client in server.clients:
         assert client.participations == 2
         # Round 1 inherits with mu_c = 0.9, so the HPM is no longer the last trained model.
-        assert not state_equal(named_tensors(client.model_hpm), named_tensors(client.model))
+        assert not state_equal(client.module_tensors("model_hpm"), client.module_tensors())

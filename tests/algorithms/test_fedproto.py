@@ -7,7 +7,7 @@ from flcore.clients.clientproto import prototype_distances
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.training.classvectors import ClassMeanAccumulator, ClassVectors, average_over_holders
 from utils.result_utils import read_results
-from helpers import results_file, server_for, train
+from helpers import in_use, results_file, server_for, train
 
 
 def class_means(vectors: torch.Tensor, labels: torch.Tensor, num_classes: int) -> ClassVectors:
@@ -41,9 +41,10 @@ def test_uploads_are_class_mean_features_and_the_server_pools_them_unweighted(da
     server.receive_models()
     assert all(u.extras["class_vectors"] is v for u, v in zip(server.uploads, server.uploaded_vectors))
     for client, upload in zip(server.selected_clients, server.uploaded_vectors):
+        model = in_use(client).model
         with torch.no_grad():
-            client.model.eval()
-            features = client.model.base(client.train_data.x)
+            model.eval()
+            features = model.base(client.train_data.x)
         for k in range(client.num_classes):
             rows = features[client.train_data.y == k]
             assert bool(upload.present[k]) == (len(rows) > 0)
@@ -70,7 +71,7 @@ def test_inference_is_the_nearest_global_prototype_and_absent_classes_are_never_
     assert distances.argmin(dim=1).tolist() == [0, 1, 1, 3]  # (10, 10) goes to the nearest present class
 
     server = server_for(data_dir, tmp_path, "-algo", "FedProto")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     assert client.test_metrics().correct == 0  # round 0: no prototype, no prediction
     with torch.no_grad():
         client.model.eval()
@@ -91,7 +92,7 @@ def test_inference_is_the_nearest_global_prototype_and_absent_classes_are_never_
 def test_local_loss_is_cross_entropy_plus_lamda_times_mse_to_the_label_prototype(data_dir, tmp_path):
     lamda = 0.7
     server = server_for(data_dir, tmp_path, "-algo", "FedProto", "-lam", str(lamda))
-    client = server.clients[2]
+    client = in_use(server.clients[2])
     x, y = client.train_data.x[:12], client.train_data.y[:12]
     width = client.model.head.in_features
     present = torch.ones(client.num_classes, dtype=torch.bool)

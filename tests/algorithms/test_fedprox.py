@@ -6,7 +6,7 @@ import torch
 from flcore.servers.serveravg import FedAvg
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, server_for, server_of_class, train_and_compare, train, results_file
+from helpers import assert_lag_composes, in_use, server_for, server_of_class, train_and_compare, train, results_file
 
 
 
@@ -15,7 +15,7 @@ def test_proximal_term_adds_mu_times_the_distance_to_the_received_global_model(d
     server = server_for(data_dir, tmp_path, "-algo", "FedProx", "-mu", str(mu))
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.clients[1]
+    client = in_use(server.clients[1])
     client.begin_local_training()
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():  # move away from the global model, as local steps would
@@ -54,7 +54,7 @@ def test_proximal_term_limits_how_far_local_training_drifts(data_dir, tmp_path):
         server = server_for(data_dir, tmp_path, "-algo", "FedProx", "-mu", mu, "-ls", "2")
         server.selected_clients = server.select_clients()
         server.send_models()
-        client = server.clients[0]
+        client = in_use(server.clients[0])
         client.train()
         start = dict(server.global_model.named_parameters())
         with torch.no_grad():

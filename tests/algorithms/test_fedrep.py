@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, uploads_are, train, results_file
+from helpers import assert_lag_composes, in_use, play_round, server_for, state_equal, uploads_are, train, results_file
 
 
 def snapshot(module):
@@ -16,14 +16,14 @@ def snapshot(module):
 
 
 def test_each_stage_changes_only_its_own_part_and_computes_no_gradient_for_the_other(data_dir, tmp_path):
-    head_only = server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "1", "-ls", "0").clients[0]
+    head_only = in_use(server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "1", "-ls", "0").clients[0])
     base, head = snapshot(head_only.model.base), snapshot(head_only.model.head)
     head_only.train()
     assert state_equal(named_tensors(head_only.model.base), base)
     assert not state_equal(named_tensors(head_only.model.head), head)
     assert all(p.grad is None for p in head_only.model.base.parameters())
 
-    base_only = server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "0", "-ls", "1").clients[0]
+    base_only = in_use(server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "0", "-ls", "1").clients[0])
     base, head = snapshot(base_only.model.base), snapshot(base_only.model.head)
     base_only.train()
     assert state_equal(named_tensors(base_only.model.head), head)
@@ -33,7 +33,7 @@ def test_each_stage_changes_only_its_own_part_and_computes_no_gradient_for_the_o
 
 
 def test_head_stage_runs_first_with_pls_epochs_then_base_stage_with_ls_epochs(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "3", "-ls", "2", "-ld").clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "FedRep", "-pls", "3", "-ls", "2", "-ld").clients[0])
     names = {id(p): n for n, p in client.model.named_parameters()}
     assert {names[id(p)] for p in client.head_optimizer.param_groups[0]["params"]} == \
         {f"head.{n}" for n, _ in client.model.head.named_parameters()}
@@ -55,17 +55,17 @@ def test_head_stage_runs_first_with_pls_epochs_then_base_stage_with_ls_epochs(da
 
 
 def test_head_optimiser_and_its_decay_survive_a_state_round_trip(data_dir, tmp_path):
-    trained = server_for(data_dir, tmp_path, "-algo", "FedRep", "-ld", "-ldg", "0.5").clients[0]
+    trained = in_use(server_for(data_dir, tmp_path, "-algo", "FedRep", "-ld", "-ldg", "0.5").clients[0])
     trained.train()
     fresh = server_for(data_dir, tmp_path, "-algo", "FedRep", "-ld", "-ldg", "0.5").clients[0]
     fresh.set_state(trained.get_state())
     assert fresh.head_optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * trained.learning_rate)
     assert fresh.head_scheduler.last_epoch == 1
-    assert state_equal(named_tensors(fresh.model), named_tensors(trained.model))
+    assert state_equal(fresh.module_tensors(), trained.module_tensors())
 
 
 def test_fine_tuning_a_new_client_trains_base_and_head(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, "-algo", "FedRep").clients[0]
+    client = in_use(server_for(data_dir, tmp_path, "-algo", "FedRep").clients[0])
     base, head = snapshot(client.model.base), snapshot(client.model.head)
     client.fine_tune(1)
     assert not state_equal(named_tensors(client.model.base), base)
@@ -79,10 +79,10 @@ def test_server_averages_uploaded_bases_and_resets_uploads_every_round(data_dir,
     for _ in range(2):
         play_round(server)
         assert server.uploader_ids() == [c.id for c in server.selected_clients]  # PFLlib kept appending
-        assert uploads_are(server, lambda c: c.model.base)
+        assert uploads_are(server, lambda c: in_use(c).model.base)
         total = sum(by_id[i].train_samples for i in server.uploader_ids())
         for name, value in server.global_model.base.named_parameters():
-            expected = sum(dict(by_id[i].model.base.named_parameters())[name] * (by_id[i].train_samples / total)
+            expected = sum(by_id[i].module_tensors()[f"base.{name}"] * (by_id[i].train_samples / total)
                            for i in server.uploader_ids())
             assert torch.allclose(value, expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.head), initial_head)

@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors
 from flcore.clients.clientrod import balanced_softmax_loss
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
+from helpers import assert_lag_composes, in_use, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_balanced_softmax_loss_matches_a_hand_computation():
@@ -25,7 +25,7 @@ def test_balanced_softmax_loss_matches_a_hand_computation():
 
 def test_one_backward_gives_each_head_its_own_gradient(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedROD")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     x, y = client.train_data.x[:16], client.train_data.y[:16]
     client.model.zero_grad()
     client.personal_head.zero_grad()
@@ -50,28 +50,30 @@ def test_one_backward_gives_each_head_its_own_gradient(data_dir, tmp_path):
 
 def test_personal_head_never_reaches_the_server_and_is_used_in_evaluation(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "FedROD", "-jr", "0.5")
-    initial = {c.id: copy.deepcopy(named_tensors(c.personal_head)) for c in server.clients}
+    initial = {c.id: copy.deepcopy(c.module_tensors("personal_head")) for c in server.clients}
     play_round(server)
-    personal_params = {id(p) for c in server.clients for p in c.personal_head.parameters()}
+    # The kept personal heads, read before any client is checked out (the uploads hold kept tensors).
+    personal_storage = {t.data_ptr() for c in server.clients for t in c.module_tensors("personal_head").values()}
+    personal_params = {id(p) for c in server.clients for p in in_use(c).personal_head.parameters()}
     for client in server.clients:
         assert not personal_params & {id(p) for p in client.model.parameters()}
-    personal_storage = {p.data_ptr() for c in server.clients for p in c.personal_head.parameters()}
     for upload in server.uploads:
         assert not personal_storage & {t.data_ptr() for t in upload.tensors.values()}
     trained = {c.id for c in server.selected_clients}
     for client in server.clients:
-        unchanged = state_equal(named_tensors(client.personal_head), initial[client.id])
+        unchanged = state_equal(client.module_tensors("personal_head"), initial[client.id])
         assert unchanged == (client.id not in trained), client.id
 
     with torch.no_grad():
         for client in server.clients:
-            client.personal_head.weight.add_(0.1 * (client.id + 1))
-    kept = {c.id: copy.deepcopy(named_tensors(c.personal_head)) for c in server.clients}
+            in_use(client).personal_head.weight.add_(0.1 * (client.id + 1))
+    kept = {c.id: copy.deepcopy(c.module_tensors("personal_head")) for c in server.clients}
     server.send_models()
     global_state = named_tensors(server.global_model)
     for client in server.clients:
-        assert state_equal(named_tensors(client.personal_head), kept[client.id])
-        assert state_equal(named_tensors(client.model), global_state)
+        assert state_equal(client.module_tensors("personal_head"), kept[client.id])
+        assert state_equal(client.module_tensors(), global_state)
+        client.check_out()
         x, y = client.test_data.x, client.test_data.y
         with torch.no_grad():
             features = client.model.base(x)
@@ -88,8 +90,8 @@ def test_fedrod_plus_lag_keeps_the_personal_head_private(data_dir, tmp_path):
 def test_a_loaded_state_continues_like_the_original(data_dir, tmp_path):
     original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "FedROD", "-jr", "0.5")
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(named_tensors(a.personal_head), named_tensors(b.personal_head))
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert state_equal(a.module_tensors("personal_head"), b.module_tensors("personal_head"))
+        assert state_equal(a.module_tensors(), b.module_tensors())
 
 
 def test_end_to_end_records_personalised_and_generic_accuracy(data_dir, tmp_path):

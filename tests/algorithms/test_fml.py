@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import (assert_lag_composes, play_round, results_file, server_for, state_equal, train, uploads_are)
+from helpers import (in_use, assert_lag_composes, play_round, results_file, server_for, state_equal, train, uploads_are)
 from mutual_checks import (assert_newcomer_gets_the_global_shared_model_and_a_fresh_private_one,
                            assert_one_backward_gives_each_model_its_own_loss, hand_kl, snapshot)
 from personal_checks import accuracy_of, wiggle_, zero_
@@ -18,6 +18,7 @@ ALPHA, BETA = 0.3, 0.8
 
 def test_each_model_descends_its_own_weighted_ce_plus_kl_towards_the_other(data_dir, tmp_path):
     client = server_for(data_dir, tmp_path, "-algo", "FML", "-al", str(ALPHA), "-bt", str(BETA)).clients[0]
+    in_use(client)
     wiggle_(client.private_model, scale=0.3)  # the two models disagree, so both divergences are non-zero
     x, y = client.train_data.x[:8], client.train_data.y[:8]
     with torch.no_grad():
@@ -45,7 +46,7 @@ def test_only_the_meme_model_travels_and_the_broadcast_never_touches_the_local_m
     play_round(server)
     assert uploads_are(server, lambda client: client.model)
     for client in server.clients:
-        wiggle_(client.model)
+        wiggle_(in_use(client).model)
     before = {c.id: snapshot(c.private_model) for c in server.clients}
     server.send_models()
     for client in server.clients:
@@ -57,7 +58,7 @@ def test_rs_test_acc_reports_the_local_models_and_rs_global_the_meme_model(data_
     server = server_for(data_dir, tmp_path, "-algo", "FML")
     play_round(server)
     for client in server.clients:
-        zero_(client.private_model)  # predicts class 0 everywhere: clearly not the meme model
+        zero_(in_use(client).private_model)  # predicts class 0 everywhere: clearly not the meme model
     server.send_models()
     server.evaluate()
     history = server.history

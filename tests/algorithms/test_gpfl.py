@@ -8,7 +8,7 @@ import torch
 from flcore.aggregation import named_tensors, sample_weights
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, server_for, state_equal, train, results_file
+from helpers import in_use, assert_lag_composes, server_for, state_equal, train, results_file
 
 SHARED_PREFIXES = ("base.", "gce.", "cov.")
 
@@ -27,11 +27,11 @@ def test_base_gce_and_cov_are_averaged_and_the_head_stays_local(data_dir, tmp_pa
     shared = [n for n in global_state if n.startswith(SHARED_PREFIXES)]
     assert any(n.startswith("gce.") for n in shared) and any(n.startswith("cov.") for n in shared)
     for name in shared:
-        expected = sum(w * named_tensors(c.model)[name] for w, c in zip(weights, trained))
+        expected = sum(w * named_tensors(in_use(c).model)[name] for w, c in zip(weights, trained))
         assert torch.allclose(global_state[name], expected, atol=1e-6), name
     assert state_equal(named_tensors(server.global_model.head), initial_head)
 
-    heads = {c.id: copy.deepcopy(named_tensors(c.model.head)) for c in server.clients}
+    heads = {c.id: copy.deepcopy(named_tensors(in_use(c).model.head)) for c in server.clients}
     server.send_models()
     for client in server.clients:
         state = named_tensors(client.model)
@@ -42,7 +42,7 @@ def test_base_gce_and_cov_are_averaged_and_the_head_stays_local(data_dir, tmp_pa
 
 def test_local_loss_matches_a_hand_computation(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "GPFL", "-lam", "0.3")
-    client = server.clients[1]
+    client = in_use(server.clients[1])
     client.begin_local_training()
     with torch.no_grad():  # training moves the embeddings; the conditions must stay the received ones
         client.model.gce.embedding.weight.add_(0.5)
@@ -68,7 +68,7 @@ def test_local_loss_matches_a_hand_computation(data_dir, tmp_path):
 
 def test_mu_is_weight_decay_on_gce_and_cov_only(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "GPFL", "-mu", "0.5", "-lr", "0.1")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     before = copy.deepcopy(named_tensors(client.model))
     for param in client.model.parameters():
         param.grad = torch.zeros_like(param)

@@ -14,7 +14,7 @@ from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serverifca import redrawn_state
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import (original_and_restored_twin, server_for, state_equal, train, train_and_compare,
+from helpers import (in_use, original_and_restored_twin, server_for, state_equal, train, train_and_compare,
                      training_loss_of, results_file)
 
 
@@ -37,7 +37,7 @@ def test_a_client_chooses_the_cluster_model_of_lowest_loss_on_its_own_data(data_
     have proportions p is the cross-entropy -sum_c p_c log q_c, lowest for q = p itself."""
     server = server_for(data_dir, tmp_path, "-algo", "IFCA", "-ncs", "3")
     client, other = server.clients[0], server.clients[1]
-    template = named_tensors(client.model)
+    template = named_tensors(in_use(client).model)
 
     def proportions(c):
         counts = torch.bincount(c.train_data.y, minlength=4).double() + 0.5  # no zero: a finite log
@@ -78,7 +78,7 @@ def test_each_cluster_averages_its_own_uploads_and_a_cluster_without_any_is_unch
         clients = [server.clients[i] for i in members]
         total = sum(c.train_samples for c in clients)
         for name, value in server.cluster_models[cluster].items():
-            expected = sum(named_tensors(c.model)[name] * (c.train_samples / total) for c in clients)
+            expected = sum(named_tensors(in_use(c).model)[name] * (c.train_samples / total) for c in clients)
             assert torch.allclose(value, expected, atol=1e-6), (cluster, name)
     assert state_equal(server.cluster_models[1], before[1])  # nobody chose it
     assert not state_equal(server.cluster_models[0], before[0])
@@ -141,7 +141,7 @@ def test_weight_sharing_averages_the_base_over_every_cluster_and_the_heads_withi
     server.aggregate_parameters()
     total = sum(server.clients[i].train_samples for i in (0, 1, 2))
     for name in base:
-        expected = sum(named_tensors(server.clients[i].model)[name] * (server.clients[i].train_samples / total)
+        expected = sum(named_tensors(in_use(server.clients[i]).model)[name] * (server.clients[i].train_samples / total)
                        for i in (0, 1, 2))
         assert torch.allclose(server.cluster_models[0][name], expected, atol=1e-6), name
         assert torch.equal(server.cluster_models[1][name], server.cluster_models[0][name]), name
@@ -150,7 +150,7 @@ def test_weight_sharing_averages_the_base_over_every_cluster_and_the_heads_withi
 
 def test_an_upload_naming_no_cluster_is_left_out_and_listed(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "IFCA", "-ncs", "2")
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     tensors = named_tensors(client.model)
     assert server.accepts(ClientUpdate(0, client.train_samples, tensors, extras={"cluster": 1}))
     for wrong in (2, -1, None, True):
@@ -171,7 +171,7 @@ def test_state_survives_export_and_import(data_dir, tmp_path):
     original, twin = original_and_restored_twin(data_dir, tmp_path, "-algo", "IFCA", "-jr", "0.5", rounds_before=2)
     assert all(state_equal(a, b) for a, b in zip(original.cluster_models, twin.cluster_models))
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert state_equal(named_tensors(in_use(a).model), named_tensors(in_use(b).model))
 
 
 def test_the_same_seed_gives_the_same_clusters_on_label_groups(digits_groups_dir, tmp_path):

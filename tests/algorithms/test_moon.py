@@ -10,7 +10,7 @@ from flcore.aggregation import named_tensors
 from flcore.clients.clientmoon import model_contrastive_loss
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
+from helpers import in_use, assert_lag_composes, original_and_restored_twin, play_round, server_for, state_equal, train, results_file
 
 
 def test_contrastive_loss_matches_a_hand_computation():
@@ -30,7 +30,7 @@ def test_local_loss_is_cross_entropy_plus_mu_times_the_contrast_of_global_and_pr
     server = server_for(data_dir, tmp_path, "-algo", "MOON", "-mu", str(mu), "-tau", str(tau))
     server.selected_clients = server.select_clients()
     server.send_models()
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     client.begin_local_training()
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():  # three different models: local, global, previous
@@ -53,7 +53,7 @@ def test_previous_model_is_the_clients_last_trained_base_and_survives_the_broadc
     play_round(server)
     trained = {c.id for c in server.selected_clients}
     for client in server.clients:
-        previous = named_tensors(client.previous_base)
+        previous = named_tensors(in_use(client).previous_base)
         if client.id in trained:
             assert state_equal(previous, named_tensors(client.model.base))
         else:
@@ -92,7 +92,7 @@ def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
     original, twin = original_and_restored_twin(data_dir, tmp_path, *flags)
     assert state_equal(named_tensors(original.global_model), named_tensors(twin.global_model))
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(named_tensors(a.previous_base), named_tensors(b.previous_base)), a.id
+        assert state_equal(named_tensors(in_use(a).previous_base), named_tensors(in_use(b).previous_base)), a.id
 
 
 def test_non_positive_temperature_is_refused(data_dir, tmp_path):

@@ -17,7 +17,7 @@ from flcore.training.classvectors import ClassVectors
 from app.build import build_server, hyperparameters, prepare
 from app.options import parse_args
 from utils.result_utils import read_results
-from helpers import cli, method_flags, server_for, state_equal, train, training_loss_of, results_file
+from helpers import in_use, cli, method_flags, server_for, state_equal, train, training_loss_of, results_file
 
 def snapshot(module: torch.nn.Module) -> dict:
     return {n: t.detach().clone() for n, t in named_tensors(module).items()}
@@ -28,16 +28,18 @@ def trained_with_newcomer(data_dir, tmp_path, name: str, *extra: str, ften: int 
     returns the server, the newcomer and the model every client started from."""
     server = server_for(data_dir, tmp_path, "-algo", name, "-nc", "4", "-nnc", "1", "-ften", str(ften), "-gr", "1",
                         *method_flags(name), *extra)
-    initial = snapshot(server.clients[0].model)
+    initial = snapshot(in_use(server.clients[0]).model)
     train(server)
     assert [c.id for c in server.new_clients] == [4]
-    return server, server.new_clients[0], initial
+    for client in server.clients:  # the tests read every client's modules
+        in_use(client)
+    return server, in_use(server.new_clients[0]), initial
 
 
 def differs_from_every_trained_client(newcomer, server, names) -> bool:
     """Whether the newcomer's tensors ``names`` differ from those of each training client."""
     mine = named_tensors(newcomer.model)
-    return all(not state_equal(mine, named_tensors(c.model), names) for c in server.clients)
+    return all(not state_equal(mine, named_tensors(in_use(c).model), names) for c in server.clients)
 
 
 # ----- every algorithm: -nnc runs and reports sensible numbers ------------------------------------------
@@ -126,9 +128,9 @@ def test_fedbn_newcomer_keeps_fresh_normalisation_layers(data_dir, tmp_path):
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.BatchNorm1d(16),
                                 torch.nn.ReLU(), torch.nn.Linear(16, 4))
     server = FedBN(config, hyperparameters(config), 0, model, dataset_info(config.dataset, 5, config.data_dir))
-    initial = snapshot(server.clients[0].model)
+    initial = snapshot(in_use(server.clients[0]).model)
     train(server)
-    newcomer = server.new_clients[0]
+    newcomer = in_use(server.new_clients[0])
     norm = sorted(newcomer.local_tensor_names)
     rest = [n for n in named_tensors(newcomer.model) if n not in newcomer.local_tensor_names]
     assert norm == ["2.bias", "2.num_batches_tracked", "2.running_mean", "2.running_var", "2.weight"]
@@ -251,7 +253,7 @@ def test_knowledge_sharing_newcomer_trains_with_the_global_class_vectors(data_di
     assert state_equal(named_tensors(newcomer.model), initial)
     fresh = server.set_clients([4])[0]
     calls = _record_calls(monkeypatch, module, term)
-    fresh.fine_tune(1)
+    in_use(fresh).fine_tune(1)
     assert calls, f"the newcomer's loss has no {term} term"
     for _, _, received in calls:
         assert torch.equal(received.vectors, server.global_vectors)

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad_and_value, vmap
 
-from helpers import assert_same_training, method_flags, server_for, train_both
+from helpers import in_use, assert_same_training, method_flags, server_for, train_both
 from flcore.vmapped.engine import per_client_loss
 from flcore.vmapped.functional import FunctionalNet
 from flcore.vmapped.stacking import StackedModels, stack_dicts
@@ -49,7 +49,7 @@ def clients_in_a_round(data_dir, tmp_path, algorithm):
     server.send_models()
     clients = server.clients[:CLIENTS]
     generator = torch.Generator().manual_seed(0)
-    for client in clients:
+    for client in map(in_use, clients):
         client.model.train()
         client.begin_local_training()
         moved = list(client.model.parameters())

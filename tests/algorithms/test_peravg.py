@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, train, results_file
+from helpers import in_use, assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, train_loss_of
 
 BETA = 0.2  # differs from -lr 0.05, so a swapped step size shows
@@ -28,6 +28,7 @@ def sgd_step(model, x, y, lr):
 
 def test_meta_step_applies_the_gradient_at_w_tilde_to_w(data_dir, tmp_path):
     client = server_for(data_dir, tmp_path, "-algo", "PerAvg", "-bt", str(BETA)).clients[0]
+    in_use(client)
     x, y = client.train_data.x[:12], client.train_data.y[:12]
     (x1, y1), (x2, y2) = (x[:6], y[:6]), (x[6:], y[6:])
     w = {n: p.detach().clone() for n, p in client.model.named_parameters()}
@@ -44,7 +45,7 @@ def test_evaluation_reports_one_adapted_step_and_restores_everything(data_dir, t
     server = server_for(data_dir, tmp_path, "-algo", "PerAvg", "-bt", str(BETA))
     play_round(server)
     server.send_models()
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(named_tensors(in_use(c).model)) for c in server.clients}
     batch_order = {c.id: c.generator.get_state() for c in server.clients}
     adapted = {}
     for client in server.clients:

@@ -9,14 +9,14 @@ from torch.func import functional_call
 from flcore.aggregation import named_tensors
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, play_round, server_for, state_equal, train, results_file
+from helpers import in_use, assert_lag_composes, play_round, server_for, state_equal, train, results_file
 from personal_checks import accuracy_of, uniform_loss, zero_
 
 FLAGS = ("-algo", "pFedMe", "-bt", "1", "-lam", "5", "-K", "3", "-lrp", "0.02")
 
 
 def test_local_update_is_k_prox_steps_on_theta_then_w_moves_lr_lamda_towards_theta(data_dir, tmp_path):
-    client = server_for(data_dir, tmp_path, *FLAGS).clients[0]
+    client = in_use(server_for(data_dir, tmp_path, *FLAGS).clients[0])
     lam, K, lrp, lr = 5.0, 3, 0.02, client.learning_rate
     batches = torch.Generator()
     batches.set_state(client.generator.get_state())  # the same batches the client will draw
@@ -49,7 +49,7 @@ def test_server_mixes_the_weighted_average_with_the_previous_global_model(data_d
     previous = {n: p.detach().clone() for n, p in server.global_model.named_parameters()}
     sizes = {c.id: c.train_samples for c in server.selected_clients}
     total = sum(sizes.values())
-    average = {n: sum(sizes[c.id] / total * dict(c.model.named_parameters())[n].detach()
+    average = {n: sum(sizes[c.id] / total * dict(in_use(c).model.named_parameters())[n].detach()
                       for c in server.selected_clients) for n in previous}
     server.aggregate_parameters()
     for name, param in server.global_model.named_parameters():
@@ -60,7 +60,7 @@ def test_the_reported_model_is_the_personalised_theta(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, *FLAGS)
     play_round(server)
     for client in server.clients:
-        zero_(client.model_per)
+        zero_(in_use(client).model_per)
     server.send_models()
     server.evaluate()
     assert server.rs_test_acc[-1] == pytest.approx(accuracy_of(server.clients, lambda c: c.model_per))

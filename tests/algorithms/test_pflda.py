@@ -5,7 +5,7 @@ import copy
 import torch
 
 from flcore.aggregation import named_tensors
-from helpers import (assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, train,
+from helpers import (in_use, assert_lag_composes, perturb_all_clients, play_round, server_for, state_equal, train,
                      uploads_are)
 from personal_checks import accuracy_of
 
@@ -16,7 +16,7 @@ def test_one_backward_gives_encoder_global_head_and_personal_head_their_own_grad
     the global head's loss."""
     lamda = 0.6
     server = server_for(data_dir, tmp_path, "-algo", "PFL-DA", "-lam", str(lamda))
-    client = server.clients[0]
+    client = in_use(server.clients[0])
     with torch.no_grad():  # a personal head away from the global one
         client.personal_head.weight.add_(0.1)
     client.begin_local_training()
@@ -81,7 +81,7 @@ def test_a_newcomer_gets_the_global_head_a_fresh_encoder_and_a_personal_head_fro
     initial = copy.deepcopy(named_tensors(server.global_model))
     initial_base = {n[len("base."):]: t for n, t in initial.items() if n.startswith("base.")}
     train(server)
-    newcomer = server.new_clients[0]
+    newcomer = in_use(server.new_clients[0])
     assert state_equal(named_tensors(newcomer.model.head), named_tensors(server.global_model.head))
     assert state_equal(named_tensors(newcomer.model.base), initial_base)
     assert state_equal(named_tensors(newcomer.personal_head), named_tensors(server.global_model.head))

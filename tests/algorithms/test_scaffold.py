@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import assert_lag_composes, original_and_restored_twin, server_for, state_equal, train, results_file
+from helpers import in_use, assert_lag_composes, original_and_restored_twin, server_for, state_equal, train, results_file
 
 
 def random_like(tensors, generator, scale=0.1):
@@ -30,7 +30,7 @@ def test_one_step_is_corrected_and_option_two_recovers_the_gradient(data_dir, tm
     server.selected_clients = server.select_clients()
     assert client in server.selected_clients
     server.send_models()
-    start = copy.deepcopy(client.model)
+    start = copy.deepcopy(in_use(client).model)
     F.cross_entropy(start(client.train_data.x), client.train_data.y).backward()
     gradient = {n: p.grad for n, p in start.named_parameters()}
     update = client.train()
@@ -81,7 +81,7 @@ def test_short_run_keeps_c_the_mean_of_all_client_controls_and_new_clients_fine_
     assert len(arrays["rs_new_test_acc"]) == 1
     # c starts at 0 = mean of the c_i and each round adds the participants' changes over N.
     for name, c in server.control.items():
-        mean_ci = sum(client.control[name] for client in server.clients) / len(server.clients)
+        mean_ci = sum(in_use(client).control[name] for client in server.clients) / len(server.clients)
         assert c.abs().max() > 0
         assert torch.allclose(c, mean_ci, atol=1e-6), name
     new_client = server.new_clients[0]
@@ -95,7 +95,7 @@ def test_a_server_restored_from_state_continues_exactly(data_dir, tmp_path):
     assert state_equal(dict(original.global_model.named_parameters()), dict(twin.global_model.named_parameters()))
     assert state_equal(original.control, twin.control)
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(a.control, b.control), a.id
+        assert state_equal(in_use(a).control, in_use(b).control), a.id
 
 
 def test_non_positive_server_learning_rate_is_refused(data_dir, tmp_path):

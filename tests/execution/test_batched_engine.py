@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import (assert_close, assert_same_training, make_images, play_round, server_for, train,
+from helpers import (assert_close, assert_same_training, in_use, make_images, play_round, server_for, train,
                      train_both)
 from dataset.utils.generate import PartitionOptions, build_dataset
 from flcore.vmapped.schedule import BatchPlan, order_key
@@ -118,7 +118,7 @@ def test_evaluation_falls_back_to_each_clients_own_where_it_differs(data_dir, tm
     from flcore.clients.clientproto import clientProto
     assert evaluates_as_base(clientAVG) and not evaluates_as_base(clientProto)
     server = server_for(data_dir, tmp_path, "-m", "DNN")
-    models = [c.model for c in server.clients]
+    models = [in_use(c).model for c in server.clients]
     assert same_structure(models)
     assert not same_structure(models[:1] + [torch.nn.Linear(2, 2)])
 
@@ -132,7 +132,7 @@ def test_ragged_epochs_small_clients_groups_and_decay(data_dir, tmp_path):
     sizes = sorted(len(c.train_data) for c in runs["batched"][0].clients)
     assert sizes[0] < 32 and sizes[1] < 32 and sizes[0] != sizes[1] and sizes[-1] >= 64
     assert_same_training(runs)
-    lr = runs["batched"][0].clients[0].optimizer.param_groups[0]["lr"]
+    lr = in_use(runs["batched"][0].clients[0]).optimizer.param_groups[0]["lr"]
     assert lr == pytest.approx(0.05 * 0.9 ** 3)
 
 
@@ -181,6 +181,7 @@ def test_batch_statistics_per_client(rgb_dir, tmp_path, model):
     server = server_for(rgb_dir, tmp_path, "-algo", "FedBN", "-nc", "4", "-m", model, "-lr", "0.05",
                         "-lbs", "5", "-ls", "1")
     for client in server.clients:
+        client.check_out()
         client.model.double()
         client.train_data.x = client.train_data.x.double()
     start = [copy.deepcopy(c.get_state()) for c in server.clients]

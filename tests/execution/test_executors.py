@@ -12,7 +12,7 @@ from flcore.executors.sequential import SequentialExecutor
 from flcore.executors.shipping import SharedTable, ship, train_shipped
 from flcore.registry import valid_names
 from utils.result_utils import read_results
-from helpers import method_flags, server_for, state_equal, train, results_file
+from helpers import in_use, method_flags, server_for, state_equal, train, results_file
 
 TIMING = {"rs_round_time"}
 
@@ -46,8 +46,10 @@ def test_a_client_trained_elsewhere_comes_back_by_its_state_and_its_update(data_
     # The same training in this process, from the same state.
     here = server_for(data_dir, tmp_path / "here", "-algo", "SCAFFOLD").clients[0]
     here.set_state(before)
+    here.check_out()
     expected = here.train().without_gradients()
     client.set_state(state)
+    client.check_out()
     model, optimizer = client.model, client.optimizer
     assert client.optimizer.param_groups[0]["params"][0] is next(client.model.parameters())
     assert model is client.model and optimizer is client.optimizer
@@ -71,8 +73,8 @@ def test_shared_tensors_travel_once_per_round_and_own_ones_with_their_client(dat
     server.send_models()  # heads trained: each client owns its head, the base is the latest broadcast
     clients = server.clients
     table, packed = ship(clients)
-    model_bytes = sum(t.numel() * t.element_size() for t in named_tensors(clients[0].model).values())
-    head = dict(clients[0].model.head.named_parameters())
+    model_bytes = sum(t.numel() * t.element_size() for t in clients[0].module_tensors().values())
+    head = dict(in_use(clients[0]).model.head.named_parameters())
     head_bytes = sum(t.numel() * t.element_size() for t in head.values())
     shared_bytes = sum(t.numel() * t.element_size() for t in table.tensors)
     assert model_bytes - head_bytes <= shared_bytes < model_bytes  # the base, once, for 4 clients
@@ -82,7 +84,7 @@ def test_shared_tensors_travel_once_per_round_and_own_ones_with_their_client(dat
         assert len(whole.dumps(client.detached())) - len(blob) >= base_bytes
         copied = worker_copy(table).loads(blob)
         assert head_bytes <= sum(t.numel() * t.element_size() for t in copied.own_tensors().values())
-        assert state_equal(named_tensors(copied.model), named_tensors(client.model))
+        assert state_equal(copied.module_tensors(), client.module_tensors())
     # What a worker parks unchanged goes back as a name: the base here (nothing trained it).
     worker = worker_copy(table)
     copied = worker.loads(packed[0])

@@ -36,7 +36,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from helpers import REPO, play_round, server_for  # noqa: E402
+from helpers import REPO, in_use, play_round, server_for  # noqa: E402
 from utils.accuracy_summary import summary_from_arrays  # noqa: E402
 from utils.result_utils import read_results  # noqa: E402
 
@@ -278,7 +278,7 @@ def reference(data_dir, tmp_path_factory):
     return {"scores": [s.tolist() for s in server.lag_selector.history["scores"]],
             "personal": server.lag_personal_names(),
             "global": {n: t.detach().numpy().copy() for n, t in server.global_model.state_dict().items()},
-            "clients": [{n: t.detach().numpy().copy() for n, t in c.model.state_dict().items()}
+            "clients": [{n: t.detach().numpy().copy() for n, t in in_use(c).model.state_dict().items()}
                         for c in server.clients]}
 
 
@@ -659,7 +659,7 @@ def test_a_batchnorm_model_trains_on_flower_as_the_project_runs_it(monkeypatch, 
         np.testing.assert_allclose(final[name], value.numpy(), rtol=0, atol=1e-6, err_msg=name)
     for node, client in enumerate(server.clients):
         held = np.load(tmp_path / "dumps" / f"node{node}_round{ROUNDS}_evaluate.npz")
-        for name, value in client.model.state_dict().items():
+        for name, value in in_use(client).model.state_dict().items():
             np.testing.assert_allclose(held[name], value.numpy(), rtol=0, atol=1e-6, err_msg=f"node {node}: {name}")
 
 
@@ -702,7 +702,7 @@ def test_group_sharing_on_flower_is_the_projects_own(monkeypatch, digits_groups_
         [layer.name for layer in (server.lag_layers[i] for i in server.lag_personal)]
     for node, client in enumerate(server.clients):
         held = np.load(tmp_path / "dumps" / f"node{node}_round{rounds}_evaluate.npz")
-        for name, value in client.model.state_dict().items():
+        for name, value in in_use(client).model.state_dict().items():
             np.testing.assert_allclose(held[name], value.numpy(), rtol=0, atol=1e-6, err_msg=f"node {node}: {name}")
     head = server.lag_personal_names()[0]
     members = [i for i, g in enumerate(last) if last.count(g) > 1]

@@ -5,7 +5,6 @@ import copy
 import pytest
 import torch
 
-from flcore.aggregation import named_tensors
 from flcore.lag import LagSettings
 from flcore.lag.choice import random_layers
 from flcore.lag.conflict import Layer
@@ -150,11 +149,11 @@ def test_a_group_holds_the_sample_weighted_average_of_its_members_copies(data_di
     server.train_clients(server.selected_clients)
     server.receive_models()
     personal = server.lag_personal_names()
-    copies = {c.id: {n: t.clone() for n, t in named_tensors(c.model).items()} for c in server.clients}
+    copies = {c.id: {n: t.clone() for n, t in c.module_tensors().items()} for c in server.clients}
     samples = {c.id: c.train_samples for c in server.clients}
     server.aggregate_parameters()
     for client in server.clients:
-        assert state_equal(named_tensors(client.model), copies[client.id]), f"client {client.id} was written"
+        assert state_equal(client.module_tensors(), copies[client.id]), f"client {client.id} was written"
     with server.sending():
         payloads = {c.id: server.payload(c.id) for c in server.clients}
         assert payloads[2] is server.payload(2) and payloads[2] is not payloads[0]
@@ -170,8 +169,8 @@ def test_a_group_holds_the_sample_weighted_average_of_its_members_copies(data_di
     server.send_models()
     for members in ([0, 1, 3], [4, 5]):
         for i in members:
-            assert state_equal(named_tensors(server.clients[i].model), payloads[members[0]], personal), i
-    assert state_equal(named_tensors(server.clients[2].model), copies[2], personal)  # alone: its own copy
+            assert state_equal(server.clients[i].module_tensors(), payloads[members[0]], personal), i
+    assert state_equal(server.clients[2].module_tensors(), copies[2], personal)  # alone: its own copy
     assert server.lag_results()["lag_groups"][-1, server.lag_personal[0]].tolist() == [0, 0, 2, 0, 4, 4]
 
 
@@ -190,7 +189,7 @@ def test_the_group_average_does_not_depend_on_upload_order(data_dir, tmp_path, m
         server.aggregate_parameters()
         server.send_models()  # the personal layers: each group's model (the shared ones: FedAvg's sum, in upload order)
         personal = server.personal_names()
-        results.append([{n: t for n, t in named_tensors(c.model).items() if n in personal} for c in server.clients])
+        results.append([{n: t for n, t in c.module_tensors().items() if n in personal} for c in server.clients])
     assert all(a and state_equal(a, b) for a, b in zip(*results))
 
 
@@ -218,7 +217,7 @@ def test_a_method_that_delivers_its_own_way_gives_members_their_groups_model_fir
     full = {f"{path}.{n}" if path else n for n in part}
     for client in server.clients:
         assert first[client.id] == full, client.id
-        held = named_tensors(client.model)
+        held = client.module_tensors()
         group = server.personal_payload(client.id)
         assert all(torch.equal(held[f"{path}.{n}" if path else n], t) for n, t in group.items()), client.id
 
@@ -257,7 +256,7 @@ def test_only_send_models_and_finish_write_into_clients(data_dir, tmp_path):
 def test_groups_are_checkpointed_and_resumed_exactly(data_dir, tmp_path):
     original, twin = original_and_restored_twin(data_dir, tmp_path, *GROUPS, "-jr", "0.5", rounds_before=MIN_UPLOADS)
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert state_equal(a.module_tensors(), b.module_tensors())
     assert torch.equal(original.lag_results()["lag_groups"], twin.lag_results()["lag_groups"])
     layer = original.lag_personal[0]
     assert torch.equal(original.lag_profiles.profiles[layer], twin.lag_profiles.profiles[layer])
@@ -283,7 +282,7 @@ def test_group_models_waiting_for_the_broadcast_travel_in_the_checkpoint(data_di
     original.send_models()
     twin.send_models()
     for a, b in zip(original.clients, twin.clients):
-        assert state_equal(named_tensors(a.model), named_tensors(b.model))
+        assert state_equal(a.module_tensors(), b.module_tensors())
 
 
 def test_a_state_saved_when_group_models_were_written_at_once_delivers_nothing_more():

@@ -14,7 +14,7 @@ from flcore.lag.conflict import layer_evidence, stack_layer_updates
 from flcore.registry import UnknownAlgorithmError, resolve
 from flcore.servers.serveravg import FedAvg
 from utils.result_utils import read_results
-from helpers import (assert_lag_composes, perturb_all_clients, play_round, results_file, server_for,
+from helpers import (assert_lag_composes, in_use, perturb_all_clients, play_round, results_file, server_for,
                       server_of_class, state_equal, train, train_and_compare)
 
 
@@ -27,13 +27,13 @@ def test_broadcast_keeps_personal_layers_and_overwrites_shared_ones_on_every_cli
     assert len(server.lag_personal) == 2  # two modules (the default granularity): weight and bias each
     assert len(personal) == 4
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.selected_clients = server.select_clients()
     server.send_models()
     global_state = named_tensors(server.global_model)
     shared = set(global_state) - personal
     for client in server.clients:
-        state = named_tensors(client.model)
+        state = client.module_tensors()
         assert state_equal(state, before[client.id], personal), f"client {client.id} lost a personal layer"
         assert state_equal(state, global_state, shared), f"client {client.id} missed a shared layer"
         assert not state_equal(state, global_state, personal)
@@ -137,6 +137,7 @@ def test_own_layers_are_those_the_client_trains_even_when_frozen_between_phases(
     server = server_for(data_dir, tmp_path, "-algo", "FedRep+LAG", "-m", "CNN", "--lag_top_k", "1",
                         "--lag_granularity", "module")
     client = server.clients[0]
+    client.check_out()
     candidates = server.lag_layers
     client.model.head.requires_grad_(False)
     assert own_personal_layers(client, candidates, "module") == ["head"]
@@ -176,7 +177,7 @@ def test_delta_signal_is_the_change_since_the_broadcast(data_dir, tmp_path):
     server.receive_models()
     client = server.clients[0]
     update = server.lag_update_of(client.id)
-    for name, param in client.model.named_parameters():
+    for name, param in in_use(client).model.named_parameters():
         assert torch.equal(update[name], (param.detach() - start[name]).reshape(-1))
 
 
@@ -186,7 +187,7 @@ def test_dropped_uploads_are_not_scored_and_the_rest_score_as_if_alone(data_dir,
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-cdr", "0.5")
     server.selected_clients = server.select_clients()
     server.send_models()
-    start = {c.id: {n: p.detach().clone() for n, p in c.model.named_parameters()} for c in server.selected_clients}
+    start = {c.id: {n: t.clone() for n, t in c.module_tensors().items()} for c in server.selected_clients}
     server.train_clients(server.selected_clients)
     server.receive_models()
     uploaded = [u.client_id for u in server.uploads]
@@ -196,7 +197,8 @@ def test_dropped_uploads_are_not_scored_and_the_rest_score_as_if_alone(data_dir,
         if client.id not in uploaded:
             assert not server.lag_updates.matrix[row].any()
     by_id = {c.id: c for c in server.clients}
-    updates = [{n: (p.detach() - start[i][n]) for n, p in by_id[i].model.named_parameters()} for i in uploaded]
+    updates = [{n: (p.detach() - start[i][n]) for n, p in in_use(by_id[i]).model.named_parameters()}
+               for i in uploaded]
     expected = layer_evidence(stack_layer_updates(updates, server.lag_layers), server.lag.xi)
     assert torch.equal(server.lag_selector.history["scores"][-1], expected.conflicts)
     assert torch.equal(server.lag_selector.history["pairs"][-1], expected.pairs)
@@ -209,7 +211,7 @@ def test_a_start_held_by_reference_is_never_written_and_a_live_model_is_copied(d
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "DNN", "-jr", "1")
     play_round(server)  # a client parks once it has trained
     parked, live = server.clients[0], server.clients[1]
-    live.check_out_all()
+    live.check_out()
     assert parked.is_parked("model") and not live.is_parked("model")
     held, copied = model_snapshot(parked), model_snapshot(live)
     assert all(held[n] is t for n, t in model_tensors(parked).items())
@@ -269,11 +271,11 @@ def test_partial_uploads_map_to_full_names_and_base_personal_parts_stay_local(da
     personal = set(server.lag_personal_names())
     assert len(server.lag_personal) == 2 and personal <= set(candidates)
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.send_models()
     global_state = named_tensors(server.global_model)
     for client in server.clients:
-        state = named_tensors(client.model)
+        state = client.module_tensors()
         own = personal | {n for n in state if n.startswith("head.")}
         assert state_equal(state, before[client.id], own)
         assert state_equal(state, global_state, set(state) - own)
@@ -283,7 +285,7 @@ def test_batchnorm_buffers_are_never_layers_and_follow_their_module(data_dir, tm
     server = server_for(data_dir, tmp_path, "-algo", "FedLAG", "-m", "ResNet20", "-nc", "6", "-gr", "0",
                         "--lag_granularity", "module", "--lag_top_k", "1")
     play_round(server)
-    buffers = {n for n, _ in server.clients[0].model.named_buffers()}
+    buffers = {n for n, _ in in_use(server.clients[0]).model.named_buffers()}
     layer_tensors = {n for layer in server.lag_layers for n in layer.tensors}
     assert layer_tensors and not layer_tensors & buffers
     bn_layer = next(i for i, l in enumerate(server.lag_layers) if l.name.endswith("bn1"))
@@ -293,10 +295,10 @@ def test_batchnorm_buffers_are_never_layers_and_follow_their_module(data_dir, tm
     module = server.lag_layers[bn_layer].name
     kept = {f"{module}.{s}" for s in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")}
     perturb_all_clients(server)
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     server.send_models()
     for client in server.clients:
-        state = named_tensors(client.model)
+        state = client.module_tensors()
         assert state_equal(state, before[client.id], kept)
         assert state_equal(state, named_tensors(server.global_model), set(state) - kept)
 

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from flcore.aggregation import copy_into, sample_weights, weighted_average
-from helpers import server_for, upload_current_state, uploads_are
+from helpers import in_use, server_for, upload_current_state, uploads_are
 
 
 def test_weighted_average_matches_hand_computation():
@@ -40,7 +40,7 @@ def test_fedavg_server_averages_uploads_by_train_samples(data_dir, tmp_path):
     server.selected_clients = server.clients[:2]
     for value, client in zip((1.0, 4.0), server.selected_clients):
         with torch.no_grad():
-            for p in client.model.parameters():
+            for p in in_use(client).model.parameters():
                 p.fill_(value)
     upload_current_state(server)
     server.receive_models()
@@ -50,4 +50,4 @@ def test_fedavg_server_averages_uploads_by_train_samples(data_dir, tmp_path):
     for name, p in server.global_model.named_parameters():
         assert torch.allclose(p, torch.full_like(p, expected)), name
     assert server.uploader_ids() == [c.id for c in server.selected_clients]
-    assert uploads_are(server, lambda c: c.model)  # views of the clients' tensors: no copy per upload
+    assert uploads_are(server, lambda c: in_use(c).model)  # views of the clients' tensors: no copy per upload

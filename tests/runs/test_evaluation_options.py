@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import main
-from helpers import cli, server_for, train, results_file
+from helpers import cli, in_use, server_for, train, results_file
 from flcore.executors.ray_cluster import _ClientWorker
 from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
@@ -63,6 +63,7 @@ def test_validation_accuracy_is_recorded_and_picks_the_reported_round(data_dir, 
     # The last value by hand: correct predictions over all clients' validation samples.
     correct = total = 0
     for c in server.clients:
+        c.check_out()
         c.model.eval()
         with torch.no_grad():
             correct += int((c.model(c.val_data.x).argmax(1) == c.val_data.y).sum())
@@ -182,7 +183,7 @@ def test_the_sampled_accuracy_is_that_of_the_sampled_clients_alone(data_dir, tmp
     server = server_for(data_dir, tmp_path, "-algo", "FedAvg", "--eval_clients", "2", "--seed", "3")
     chosen = server.evaluation_clients()
     summary = server.evaluate()
-    stats = [c.test_metrics() for c in chosen]
+    stats = [in_use(c).test_metrics() for c in chosen]
     assert summary.accuracy == sum(s.correct for s in stats) / sum(s.num_samples for s in stats)
     assert [c.id for c in chosen] == [c.id for c in server_for(data_dir, tmp_path / "again", "-algo", "FedAvg",
                                                                "--eval_clients", "2", "--seed", "3").evaluation_clients()]

@@ -351,14 +351,14 @@ def test_only_declared_attributes_are_restored(data_dir, tmp_path):
 def test_a_state_that_does_not_fit_changes_nothing(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path)
     state = server.get_state()
-    before = {k: v.clone() for k, v in server.clients[0].model.state_dict().items()}
+    before = {k: v.clone() for k, v in server.clients[0].module_tensors().items()}
     play_round(server)
-    trained = {k: v.clone() for k, v in server.clients[0].model.state_dict().items()}
+    trained = {k: v.clone() for k, v in server.clients[0].module_tensors().items()}
     bad = dict(state, clients=list(state["clients"]))
     bad["clients"][5] = dict(bad["clients"][5], model={"__module__": {"fc1.0.weight": torch.zeros(2)}})
     with pytest.raises(StateError, match=r"clients\[5\]\.model"):
         server.set_state(bad)
-    assert all(torch.equal(v, trained[k]) for k, v in server.clients[0].model.state_dict().items())
+    assert all(torch.equal(v, trained[k]) for k, v in server.clients[0].module_tensors().items())
     assert not all(torch.equal(v, before[k]) for k, v in trained.items())
 
 

@@ -18,7 +18,7 @@ def test_send_overwrites_every_client_selected_or_not(data_dir, tmp_path):
     server.send_models()
     global_state = named_tensors(server.global_model)
     for client in server.clients:
-        assert state_equal(named_tensors(client.model), global_state)
+        assert state_equal(client.module_tensors(), global_state)
 
 
 def test_evaluation_runs_before_local_training_and_is_sample_weighted(data_dir, tmp_path):
@@ -55,16 +55,16 @@ def test_client_drop_rate_uploads_a_subset_of_the_trained(data_dir, tmp_path):
 
 def test_local_never_exchanges_parameters(data_dir, tmp_path):
     server = server_for(data_dir, tmp_path, "-algo", "Local", "-jr", "0.5", "-gr", "1")
-    before = {c.id: copy.deepcopy(named_tensors(c.model)) for c in server.clients}
+    before = {c.id: copy.deepcopy(c.module_tensors()) for c in server.clients}
     selected = []
     original = server.select_clients
     server.select_clients = lambda: selected.append(original()) or selected[-1]
     train(server)
     trained = {c.id for round_clients in selected for c in round_clients}
     for client in server.clients:
-        unchanged = state_equal(named_tensors(client.model), before[client.id])
+        unchanged = state_equal(client.module_tensors(), before[client.id])
         assert unchanged == (client.id not in trained)
-    assert not state_equal(named_tensors(server.clients[0].model), named_tensors(server.clients[1].model))
+    assert not state_equal(server.clients[0].module_tensors(), server.clients[1].module_tensors())
 
 
 def test_diverging_run_names_round_and_client_and_keeps_results(data_dir, tmp_path):

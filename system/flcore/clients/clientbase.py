@@ -93,6 +93,7 @@ class Client(ParkingClient):
         self.train_samples = len(train_data)
         self.test_samples = len(test_data)
         self.hold_copy("model", model)
+        self.check_out()  # in use while it is built: the server parks it then
         self.loss = nn.CrossEntropyLoss()
         self.optimizer = self.make_optimizer(self.model.parameters())
         self.learning_rate_scheduler = self.make_scheduler(self.optimizer)

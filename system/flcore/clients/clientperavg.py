@@ -81,6 +81,7 @@ class clientPerAvg(Client):
             self.adapt_one_step()
             yield
         finally:
+            self.check_out()  # evaluated in between, and parked
             copy_into(self.model, saved)
 
     def adapt_one_step(self) -> None:

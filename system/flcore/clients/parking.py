@@ -50,8 +50,10 @@ def module_key(slot: str, name: str) -> str:
 class ParkingClient:
     """The part of a client that keeps its modules parked between uses (see the module docstring).
 
-    Any attribute holding a module with tensors is parked; reading it while parked checks the client out.
-    Subclasses call :meth:`_start_parking` first thing."""
+    Any attribute holding a module with tensors is parked. Nothing checks a client out behind the code's back:
+    while it is parked its modules and own tensor attributes are simply not attributes (reading one is an
+    ``AttributeError``), and whoever uses it calls :meth:`check_out` first (the executors, and a server hook
+    through :meth:`Server.in_use`). Subclasses call :meth:`_start_parking` first thing."""
 
     _parked: Dict[str, ParkedModule]
     # checked-out slot -> (template, the tensors loaded, which of them were the client's own)
@@ -63,30 +65,6 @@ class ParkingClient:
         for name, value in (("_parked", {}), ("_live", {}), ("_store", store or ClientStateStore()),
                             ("_taken", None)):
             object.__setattr__(self, name, value)
-
-    def __getattr__(self, name: str):
-        state = self.__dict__
-        parked = state.get("_parked")
-        if parked is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if name in parked or name in self._parked_attributes():
-            self.check_out()
-            if name in state:
-                return state[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value) -> None:
-        parked = self.__dict__.get("_parked")
-        if parked and name in parked:
-            del parked[name]  # replaced while parked: the new value is what the client holds
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name: str) -> None:
-        parked = self.__dict__.get("_parked")
-        if parked and name in parked:
-            del parked[name]
-        else:
-            object.__delattr__(self, name)
 
     # ----- the two places ------------------------------------------------------------------------
     def hold_copy(self, slot: str, module: nn.Module) -> None:
@@ -123,9 +101,6 @@ class ParkingClient:
         if self._taken is None:
             self._taken = self._store.take(self.id)
         return self._taken
-
-    def check_out_all(self) -> None:  # the name executors used before check_out
-        self.check_out()
 
     def is_parked(self, slot: str = "model") -> bool:
         return slot in self._parked
@@ -355,10 +330,6 @@ class ParkingClient:
                                                     and all(isinstance(v, torch.Tensor) for v in value.values())):
                 found[name] = value
         return found
-
-    def _parked_attributes(self) -> set:
-        """Names of own attributes the store holds while the client is parked."""
-        return set(_attributes_of(self._peek()[0]))
 
     def own_tensors(self) -> Tensors:
         """What the client owns, by its key in the store (the client parked)."""

@@ -19,6 +19,7 @@ def evaluate_in_turn(clients: Sequence[Client],
     once it is measured, so one working model serves them all."""
     results = []
     for client in clients:
+        client.check_out()
         model = None if model_of is None else model_of(client)
         test = client.test_metrics(model=model)
         results.append(ClientEvaluation(test, *client.train_metrics(model=model)))
@@ -40,6 +41,7 @@ class SequentialExecutor:
         progress.current().begin("train", len(clients))
         updates = []
         for client in clients:
+            client.check_out()
             update = client.train()
             updates.append(client.release(update if self.keep_gradients else update.without_gradients()))
             progress.current().advance()

@@ -115,6 +115,7 @@ def ship(clients: Sequence[Client], templates: Optional[List[ModuleTemplate]] = 
 def train_shipped(client: Client, keep_gradients: bool) -> Tuple[dict, ClientUpdate]:
     """Train ``client`` (read from a table away from the server) and return its new state and its update,
     parked: tensors that training left as they were stay the table's, so they travel back as names."""
+    client.check_out()
     update = client.train()
     update = client.release(update if keep_gradients else update.without_gradients())
     return client.get_state(), update

@@ -72,6 +72,8 @@ class BatchedExecutor:
         if not clients:
             return []
         recipe = self._recipe(clients)
+        for client in clients:  # each trained in its own modules, all of them in use for the round's steps
+            client.check_out()
         if self.net is None:
             self.net = FunctionalNet(clients[0].model)
         position = {c.id: i for i, c in enumerate(clients)}
@@ -97,6 +99,8 @@ class BatchedExecutor:
                 or not evaluates_as_base(type(clients[0])) \
                 or not all(len(c.test_data) and len(c.train_data) for c in clients):
             return evaluate_in_turn(clients, model_of)
+        for client in clients:
+            client.check_out()
         models = [c.evaluation_model() if model_of is None else model_of(c) for c in clients]
         if not same_structure(models):
             return evaluate_in_turn(clients, model_of)

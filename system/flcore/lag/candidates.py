@@ -13,6 +13,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from torch import nn
 
+from .client_tensors import model_of
 from .conflict import Layer, build_layers, with_module_buffers
 
 _NORMALISATION = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -36,7 +37,7 @@ def uploaded_names(update) -> FrozenSet[str]:
 def candidate_layers(client, shared: Iterable[str], granularity: str) -> List[Layer]:
     """The layers built from the parameters in ``shared`` (full names), in ``client.model``'s order."""
     shared = set(shared)
-    ordered = [n for n, _ in client.model.named_parameters() if n in shared]
+    ordered = [n for n, _ in model_of(client).named_parameters() if n in shared]
     return build_layers(ordered, granularity)
 
 
@@ -49,7 +50,7 @@ def own_personal_layers(client, candidates: Sequence[Layer], granularity: str) -
     epochs, so "trained" also takes the parameters a client optimiser holds."""
     shared = {name for layer in candidates for name in layer.tensors}
     trained = _trained_parameter_ids(client)
-    own = [n for n, p in _feature_parameters(client.model) if id(p) in trained and n not in shared]
+    own = [n for n, p in _feature_parameters(model_of(client)) if id(p) in trained and n not in shared]
     for attr in getattr(client, "personal_layer_attrs", ()):
         own += [f"{attr}.{n}" for n, _ in _feature_parameters(getattr(client, attr))]
     return [layer.name for layer in build_layers(own, granularity)]
@@ -67,14 +68,14 @@ class TensorNames:
         """``parameters`` and the buffers of their modules."""
         key = tuple(parameters)
         if key not in self._with_buffers:
-            self._with_buffers[key] = tuple(with_module_buffers(self.client.model, list(key)))
+            self._with_buffers[key] = tuple(with_module_buffers(model_of(self.client), list(key)))
         return self._with_buffers[key]
 
 
 def _trained_parameter_ids(client) -> set:
     """Parameters the client trains: those that take gradients now, and those any of its optimisers
     hold (a method may freeze a part between phases of local training)."""
-    ids = {id(p) for p in client.model.parameters() if p.requires_grad}
+    ids = {id(p) for p in model_of(client).parameters() if p.requires_grad}
     for value in vars(client).values():
         groups = getattr(value, "param_groups", None)  # an optimiser, torch's or one shaped like it
         if isinstance(groups, list):

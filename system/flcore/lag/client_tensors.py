@@ -21,6 +21,15 @@ def model_tensors(client) -> State:
     return {**dict(model.named_parameters()), **dict(model.named_buffers())}
 
 
+def model_of(client):
+    """``client.model``, in use: this project's clients park their modules between uses and are checked out
+    first (the run parks them again after the hook); PFLlib's hold theirs all the time."""
+    check_out = getattr(client, "check_out", None)
+    if callable(check_out):
+        check_out()
+    return client.model
+
+
 def model_snapshot(client) -> State:
     """``client``'s model tensors as they are now, held until it has trained: a parked client's own tensors
     by reference (nobody writes them: training and a delivery replace them), anyone else's copied."""

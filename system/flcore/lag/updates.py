@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .client_tensors import model_snapshot, model_tensors
+from .client_tensors import model_of, model_snapshot, model_tensors
 from .conflict import Layer, LayerEvidence, layer_evidence_in_spans
 
 State = Dict[str, torch.Tensor]
@@ -40,7 +40,7 @@ class UpdateMatrix:
         """Column range of every parameter in the flat vector (``client.model``'s ``named_parameters()``)."""
         if self.columns is None:
             self.columns, end = {}, 0
-            for name, param in client.model.named_parameters():
+            for name, param in model_of(client).named_parameters():
                 self.columns[name] = (end, end + param.numel())
                 end += param.numel()
         return self.columns

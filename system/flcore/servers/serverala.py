@@ -37,7 +37,7 @@ class FedALA(Server):
 
     def send_models(self) -> None:
         received = self.broadcast()
-        for client in self.clients:
+        for client in self.in_use(self.clients):
             client.adaptive_local_aggregation(received)
         weights = [w.reshape(-1) for client in self.clients for w in client.ala_weights.values()]
         self.record("rs_ala_weight_mean", float(torch.cat(weights).double().mean()))

@@ -58,7 +58,8 @@ class FedAMP(Server):
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""
         personal = self.personal_names()
-        return [n for n, _ in self.clients[0].shared_module().named_parameters() if n not in personal]
+        return [n for n, _ in next(self.in_use(self.clients[:1])).shared_module().named_parameters()
+                if n not in personal]
 
     @torch.no_grad()
     def cloud_models(self, receivers: Sequence[int], names: Sequence[str]) -> Tuple[torch.Tensor, List[State]]:
@@ -66,7 +67,7 @@ class FedAMP(Server):
 
         Works tensor by tensor, so no flattened copy of all the models is ever held at once.
         """
-        everyone = [dict(c.shared_module().named_parameters()) for c in self.clients]
+        everyone = [dict(c.shared_module().named_parameters()) for c in self.in_use(self.clients)]
         distances = torch.zeros(len(receivers), len(everyone), dtype=torch.float64, device=self.device)
         for name in names:
             stacked = torch.stack([p[name].detach().reshape(-1) for p in everyone])  # (N, d)
@@ -97,5 +98,5 @@ class FedAMP(Server):
 
     def receive_new_client(self, client) -> None:
         """The cloud model with equal attention: the plain mean of the training clients' models."""
-        models = [named_tensors(c.shared_module()) for c in self.clients]
+        models = [named_tensors(c.shared_module()) for c in self.in_use(self.clients)]
         copy_into(client.shared_module(), weighted_average(models, [1.0 / len(models)] * len(models)))

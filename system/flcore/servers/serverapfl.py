@@ -20,4 +20,4 @@ class APFL(Server):
     client_class = clientAPFL
 
     def end_round(self, rnd: int) -> None:
-        self.record("apfl_alpha", np.array([client.alpha for client in self.clients]))
+        self.record("apfl_alpha", np.array([client.alpha for client in self.in_use(self.clients)]))

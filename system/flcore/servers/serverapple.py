@@ -52,7 +52,7 @@ class APPLE(LatestModelsServer):
     def setup(self) -> None:
         super().setup()  # every client's latest core model
         self.initial_relationships = torch.tensor(sample_weights([c.train_samples for c in self.clients]))
-        for client in self.clients:
+        for client in self.in_use(self.clients):
             client.start_relationships(self.initial_relationships)
         self.fading_rounds = int(self.hparams.pull_fraction * self.global_rounds)
 
@@ -79,7 +79,7 @@ class APPLE(LatestModelsServer):
         self.store_uploads()
 
     def end_round(self, rnd: int) -> None:
-        self.record("apple_relationships", np.stack([c.relationships.p.detach().cpu().numpy() for c in self.clients]))
+        self.record("apple_relationships", np.stack([c.relationships.p.detach().cpu().numpy() for c in self.in_use(self.clients)]))
 
     def receive_new_client(self, client: clientAPPLE) -> None:
         mix = weighted_average(self.known_models(), self.initial_relationships.tolist())

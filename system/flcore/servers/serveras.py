@@ -34,7 +34,7 @@ class FedAS(Server):
     def send_models(self) -> None:
         """Only the selected clients receive (and align) the global body, as in PFLlib's FedAS."""
         received = self.broadcast()
-        for client in self.selected_clients:
+        for client in self.in_use(self.selected_clients):
             client.receive_aligned(received)
 
     def receive_models(self) -> None:

@@ -337,7 +337,7 @@ class Server:
         if prefix == "rs":
             self.record("rs_eval_round", self.current_round)
             if self.config.val_ratio > 0:
-                self.record("rs_val_acc", validation_accuracy(clients, model_of))
+                self.record("rs_val_acc", validation_accuracy(self.in_use(clients), model_of))
         return summary
 
     def record(self, name: str, value) -> None:
@@ -347,7 +347,7 @@ class Server:
         """Clients never seen in training (ids -nc .. -nc + -nnc - 1) get what :meth:`receive_new_client`
         gives, fine-tune ``-ften`` epochs their client's way (:meth:`Client.fine_tune`), and are tested."""
         self.new_clients = self.set_clients(range(self.num_clients, self.num_clients + self.num_new_clients))
-        for client in self.new_clients:
+        for client in self.in_use(self.new_clients):
             self.receive_new_client(client)
         self.fine_tune_clients(self.new_clients, self.fine_tuning_epoch_new, "fine-tune new clients")
         return self.evaluate(self.new_clients, prefix="rs_new")
@@ -358,10 +358,19 @@ class Server:
         client.set_parameters(self.shared_tensors())
 
     @staticmethod
+    def in_use(clients: Sequence[Client]):
+        """``clients``, each checked out as it comes: for a hook that calls what reads or trains a client's
+        modules (the run parks every client again after the hook)."""
+        for client in clients:
+            client.check_out()
+            yield client
+
+    @staticmethod
     def fine_tune_clients(clients: Sequence[Client], epochs: int, stage: str = "fine-tune") -> None:
         """``client.fine_tune(epochs)`` for each client, shown as a stage of the live progress line."""
         progress.current().begin(stage, len(clients))
         for client in clients:
+            client.check_out()
             client.fine_tune(epochs)
             client.park()
             progress.current().advance()

@@ -70,7 +70,7 @@ class FedCAC(Server):
         """Customised global model (parameters) of each of last round's uploaders, the threshold used
         and the mean number of collaborators."""
         by_id = {c.id: c for c in self.clients}
-        uploaders = [by_id[i] for i in self.previous_uploaders if by_id[i].critical_masks]
+        uploaders = [c for c in self.in_use([by_id[i] for i in self.previous_uploaders]) if c.critical_masks]
         if len(uploaders) < 2:
             return {}, float("nan"), 0.0
         overlaps = mask_overlaps([c.critical_masks for c in uploaders])
@@ -87,7 +87,7 @@ class FedCAC(Server):
         # Every customised model is formed before any client model is overwritten.
         customised, threshold, collaborators = self.customised_models()
         global_state = self.broadcast()
-        for client in self.clients:
+        for client in self.in_use(self.clients):
             client.receive_customised(global_state, customised.get(client.id))
         self.record("rs_cac_threshold", threshold)
         self.record("rs_cac_collaborators", collaborators)

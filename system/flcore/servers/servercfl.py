@@ -111,10 +111,10 @@ class CFL(ClusterModelsServer):
             for update in uploads:
                 self.cluster_of[update.client_id] = part
         uploaders = {u.client_id for u in members}
-        for client in self.clients:
-            if self.cluster_of[client.id] == cluster and client.id not in uploaders:
-                self.cluster_of[client.id] = (cluster, child)[client.choose_cluster(
-                    [self.cluster_models[cluster], self.cluster_models[child]])]
+        stayed = [c for c in self.clients if self.cluster_of[c.id] == cluster and c.id not in uploaders]
+        for client in self.in_use(stayed):  # each tries both parts on its own data
+            self.cluster_of[client.id] = (cluster, child)[client.choose_cluster(
+                [self.cluster_models[cluster], self.cluster_models[child]])]
         self.splits.append({"round": self.current_round, "cluster": cluster, "new_cluster": child,
                             "uploaders": [[u.client_id for u in uploads] for uploads in parts.values()],
                             "mean_norm": mean_norm, "max_norm": max_norm,

@@ -59,7 +59,7 @@ class FedFomo(Server):
         client.combine_downloads(ids, [self.stored_models[j] for j in ids])
 
     def send_models(self) -> None:
-        for client in self.selected_clients:
+        for client in self.in_use(self.selected_clients):
             ids = self.downloads_for(client.id)
             client.combine_downloads(ids, [self.stored_models[j] for j in ids], self.personal_names())
         if self.selected_clients:

@@ -67,7 +67,7 @@ class FedGC(Server):
 
     def send_models(self) -> None:
         super().send_models()
-        for client in self.clients:
+        for client in self.in_use(self.clients):
             client.receive_class_embeddings(self.class_embeddings[client.id])
 
     def extras_problem(self, update: ClientUpdate) -> Optional[str]:

@@ -85,7 +85,7 @@ class IFCA(ClusterModelsServer):
         """Each client chooses its cluster model (on its own data, trying every candidate) and receives the one
         it chose as its :meth:`payload` (holding it from then on, this round)."""
         with self.sending():
-            for client in clients:
+            for client in self.in_use(clients):
                 self.chosen[client.id] = client.estimate_cluster(self.cluster_models)
                 client.set_parameters(self.payload(client.id))
 

@@ -29,6 +29,6 @@ class PerAvg(Server):
     def evaluate(self, clients: Optional[Sequence[clientPerAvg]] = None, prefix: str = "rs") -> Summary:
         clients = self.evaluation_clients() if clients is None else clients
         with ExitStack() as adapted:
-            for client in clients:
+            for client in self.in_use(clients):
                 adapted.enter_context(client.one_step_adapted())
             return super().evaluate(clients, prefix)

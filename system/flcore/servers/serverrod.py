@@ -38,6 +38,6 @@ class FedROD(Server):
     def evaluate(self, clients: Optional[Sequence[Client]] = None, prefix: str = "rs") -> Summary:
         summary = super().evaluate(clients, prefix)
         clients = self.evaluation_clients() if clients is None else clients
-        counts = [c.generic_test_accuracy() for c in clients]
+        counts = [c.generic_test_accuracy() for c in self.in_use(clients)]
         self.record(f"{prefix}_generic_test_acc", sum(c for c, _ in counts) / max(sum(n for _, n in counts), 1))
         return summary
