@@ -67,7 +67,7 @@ data = sum(int(d.x.numel() * d.x.element_size() + d.y.numel() * d.y.element_size
 import torch
 print(json.dumps({"torch": torch.__version__, "peak": resident("VmHWM"), "built": built, "round_times": server.history["rs_round_time"],
                   "own_in_memory": own, "own_in_files": spilled, "data": data,
-                  "files_written": store.spilled_files, "files_read": store.read_files,
+                  "files_written": store.files.written, "files_read": store.files.read_back,
                   "checkpoint": checkpoint, "final_accuracy": server.rs_test_acc[-1]}))
 """
 

@@ -13,7 +13,7 @@ from typing import List, Optional
 import torch
 
 from app.options import flag_defaults
-from flcore.clients.state_store import StoreError
+from flcore.clients.spill_files import StoreError
 from flcore.state import StateError
 from utils.checkpoint import (KEEP, CheckpointError, checkpoint_folder, config_differences, global_rng_state,
                               load_latest_checkpoint, other_checkpoint_folders, payload_round, rng_state_problem,
@@ -44,7 +44,7 @@ class Checkpoints:
         payload = {"config": self.config.flags(), "server": self.server.get_state(), "rng": global_rng_state(),
                    "threads": torch.get_num_threads(), "round": rnd, "loop_done": bool(loop_done)}
         path = save_checkpoint(self.checkpoint_folder(), rnd, payload)
-        self.server.state_store.pin(rnd, KEEP)  # spilled clients are saved as the files they are in: keep those
+        self.server.state_store.files.pin(rnd, KEEP)  # spilled clients are saved as the files they are in: keep those
         return path
 
     def checkpoint_problem(self, payload: dict) -> Optional[str]:
@@ -108,7 +108,7 @@ class Checkpoints:
                                   f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); delete it "
                                   f"and rerun with --resume") from None
         self.server.current_round = found.round + 1
-        self.server.state_store.pin(found.round, KEEP)
+        self.server.state_store.files.pin(found.round, KEEP)
         self.loop_done = found.payload.get("loop_done", False)
         notes = [f"skipped {s}" for s in found.skipped]
         threads_note = self._match_checkpoint_threads(found.payload.get("threads"))

@@ -26,7 +26,7 @@ from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
 from app.stop_signals import exit_status, signal_of, stop_signals_deferred, stop_signals_raise
 from flcore.clients.clientbase import DivergenceError
-from flcore.clients.state_store import StoreError
+from flcore.clients.spill_files import StoreError
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
@@ -224,7 +224,7 @@ class FederatedRun(Checkpoints):
                                     resume_advice="rerun with --resume to continue")
             raise RunInterrupted(str(stop), exit_status(interrupt)) from None
         finally:
-            server.state_store.close(keep_checkpointed=True)  # the rest goes with the checkpoints
+            server.state_store.files.close(keep_checkpointed=True)  # the rest goes with the checkpoints
             reporter.close()
             if board is not None:
                 try:

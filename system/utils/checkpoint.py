@@ -28,7 +28,7 @@ from utils.errors import UserError, first_line
 from utils.run_identity import EXECUTION_FLAGS, REPORTING_FLAGS
 
 KEEP = 2
-# The client-state store's files (flcore/clients/state_store.py), inside a run's checkpoint folder.
+# The client-state store's files (flcore/clients/spill_files.py), inside a run's checkpoint folder.
 CLIENT_STATE_FOLDER = "client-state"
 _NAME = re.compile(r"round_(\d+)\.pt$")
 # Flags that change where or how fast a run executes, or how its finished series is summarised; never

@@ -12,7 +12,8 @@ import torch
 
 import app.run
 from flcore.aggregation import named_tensors
-from flcore.clients.state_store import ClientStateStore, SpillRecord, StoreError
+from flcore.clients.spill_files import SpillRecord, StoreError
+from flcore.clients.state_store import ClientStateStore
 from helpers import cli, main_command, results_file, run_of, server_for, train
 from utils.result_utils import read_results
 from utils.sizes import format_size, parse_size
@@ -66,41 +67,65 @@ def test_scaffold_control_variates_are_own_state_once_trained(data_dir, tmp_path
     assert all(value is received[0] for value in received)
 
 
+
+def test_a_parked_client_has_no_model_until_checked_out_and_nothing_checks_it_out_behind_the_codes_back(
+        data_dir, tmp_path):
+    """Parked, a Ditto client's modules are not attributes: reading one is an AttributeError, not a silent
+    check-out; check_out() makes them plain attributes (the personal model a
+    working module holding exactly the store's tensors), and park() puts them back in the table unchanged."""
+    server = server_for(data_dir, tmp_path, "-algo", "Ditto", "-gr", "1", "-jr", "1")
+    train(server)
+    client = server.clients[0]
+    own = {key: t.clone() for key, t in client.own_tensors().items()}
+    assert any(key.startswith("module/model_per/") for key in own)
+    for name in ("model", "model_per"):
+        with pytest.raises(AttributeError):
+            getattr(client, name)
+    assert not client.needs_parking() and server.state_store.keys(client.id) == frozenset(own)
+    client.check_out()
+    assert isinstance(client.model_per, torch.nn.Module) and not server.state_store.keys(client.id)
+    for name, tensor in named_tensors(client.model_per).items():
+        assert torch.equal(tensor, own[f"module/model_per/{name}"]), name
+    client.park()
+    assert "model_per" not in vars(client) and not hasattr(client, "model")
+    assert all(torch.equal(t, own[key]) for key, t in client.own_tensors().items())
+    assert set(client.own_tensors()) == set(own)
+
 # ----- the store on its own -----------------------------------------------------------------------
 def test_files_are_named_by_their_bytes_and_refused_when_altered(tmp_path):
     store = ClientStateStore(budget=None, folder=tmp_path)
     tensors = {"module/model/w": torch.arange(6.0).reshape(2, 3), "attr/c/x": torch.ones(4, dtype=torch.float64)}
-    record = store.write(tensors)
-    again = store.write({k: v.clone() for k, v in tensors.items()})
+    record = store.files.write(tensors)
+    again = store.files.write({k: v.clone() for k, v in tensors.items()})
     assert again.digest == record.digest and len(list(tmp_path.iterdir())) == 1
-    back = store.read(record)
+    back = store.files.read(record)
     assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in tensors.items())
-    path = store.path_of(record)
+    path = store.files.path_of(record)
     data = path.read_bytes()
     from safetensors.torch import save
     assert data == save(tensors)  # streamed to the file, yet the bytes safetensors makes in memory
     path.write_bytes(data[:-3])
-    assert "truncated or altered" in store.problem(record)
+    assert "truncated or altered" in store.files.problem(record)
     with pytest.raises(StoreError, match="truncated or altered"):
-        store.read(record)
+        store.files.read(record)
     path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    assert "truncated or altered" in store.problem(record)
+    assert "truncated or altered" in store.files.problem(record)
     path.unlink()
-    assert "cannot be read" in store.problem(record)
+    assert "cannot be read" in store.files.problem(record)
 
 
 def test_a_file_of_the_same_name_and_size_is_rewritten_not_trusted(tmp_path):
     """A spill of bytes whose file is there already, altered in place since (same size), puts good bytes back."""
     store = ClientStateStore(budget=None, folder=tmp_path)
     tensors = {"attr/c": torch.arange(8.0)}
-    record = store.write(tensors)
-    path = store.path_of(record)
+    record = store.files.write(tensors)
+    path = store.files.path_of(record)
     good = path.read_bytes()
     path.write_bytes(good[:-4] + bytes(b ^ 0xFF for b in good[-4:]))
-    assert "truncated or altered" in store.problem(record)
-    assert store.write({k: v.clone() for k, v in tensors.items()}) == record
-    assert path.read_bytes() == good and store.problem(record) is None
-    assert torch.equal(store.read(record)["attr/c"], tensors["attr/c"])
+    assert "truncated or altered" in store.files.problem(record)
+    assert store.files.write({k: v.clone() for k, v in tensors.items()}) == record
+    assert path.read_bytes() == good and store.files.problem(record) is None
+    assert torch.equal(store.files.read(record)["attr/c"], tensors["attr/c"])
 
 
 def test_a_folder_at_a_files_name_is_refused_in_one_line_and_left_alone(tmp_path):
@@ -108,20 +133,20 @@ def test_a_folder_at_a_files_name_is_refused_in_one_line_and_left_alone(tmp_path
     folder = tmp_path / "client-state"
     store = ClientStateStore(budget=None, folder=folder)
     tensors = {"attr/c": torch.arange(8.0)}
-    record = store.write(tensors)
-    path = store.path_of(record)
+    record = store.files.write(tensors)
+    path = store.files.path_of(record)
     path.unlink()
     path.mkdir()
     (path / "notes.txt").write_text("not the store's")
-    assert "cannot be read" in store.problem(record)
+    assert "cannot be read" in store.files.problem(record)
     with pytest.raises(StoreError) as refused:
-        store.write(tensors)
+        store.files.write(tensors)
     message = str(refused.value)
     assert len(message.splitlines()) == 1 and f"{path} is a folder" in message and "move it away" in message
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
-    store.released(record)   # nobody names it any more: the store would remove its file
-    store.pin(0, kept=2)
-    store.close(keep_checkpointed=False)
+    store.files.released(record)   # nobody names it any more: the store would remove its file
+    store.files.pin(0, kept=2)
+    store.files.close(keep_checkpointed=False)
     save_checkpoint(tmp_path, 0, {"x": 1})
     remove_checkpoints(tmp_path)  # a completed run's clean-up
     assert (path / "notes.txt").read_text() == "not the store's"
@@ -141,7 +166,7 @@ def test_spilled_state_follows_the_umask_as_the_checkpoint_naming_it_does(tmp_pa
     from utils.checkpoint import save_checkpoint
     umask(mask)
     store = ClientStateStore(budget=None, folder=tmp_path / "client-state")
-    spilled = store.path_of(store.write({"attr/c": torch.arange(8.0)}))
+    spilled = store.files.path_of(store.files.write({"attr/c": torch.arange(8.0)}))
     checkpoint = save_checkpoint(tmp_path, 0, {"x": 1})
     expected = 0o666 & ~mask
     assert {oct(p.stat().st_mode & 0o777) for p in (spilled, checkpoint)} == {oct(expected)}
@@ -188,7 +213,7 @@ def test_an_entry_is_a_value_the_table_keeps_in_memory_or_in_a_file(tmp_path):
     assert record is not None and all(t.device.type == "meta" for t in kept.values())
     back = store.get(7)  # read back; room made first (client 8 goes)
     assert all(torch.equal(back[k], v) for k, v in values.items())
-    assert store.is_spilled(8) and not store.is_spilled(7) and store.read_files == 1
+    assert store.is_spilled(8) and not store.is_spilled(7) and store.files.read_back == 1
     store.put(7, {})  # owns nothing now: no entry
     assert store.owned_bytes(7) == 0 and store.keys(7) == set()
     with pytest.raises(StoreError, match="cannot hold one client's own state"):
@@ -256,12 +281,12 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
         seen.append(store.resident_bytes - store.uploading_bytes())
     store.put = put
     before_read = []
-    original_read = store.read
+    original_read = store.files.read
 
     def read(record):  # room is made first: what is read back fits beside what stays resident
         before_read.append(store.resident_bytes - store.uploading_bytes() + record.nbytes)
         return original_read(record)
-    store.read = read
+    store.files.read = read
     exact = []
     park_clients = app.run.park_clients
 
@@ -273,9 +298,9 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
     train(spilled)
     assert exact and all(exact)
     same_results(spilled, kept)
-    assert store.spilled_files > 0 and store.read_files > 0
+    assert store.files.written > 0 and store.files.read_back > 0
     assert max(seen) <= int(budget) and before_read and max(before_read) <= int(budget)
-    assert not store.folder.exists()  # a completed run leaves no client-state file
+    assert not store.files.folder.exists()  # a completed run leaves no client-state file
 
 
 def test_the_budget_must_hold_one_clients_state(data_dir, tmp_path):
@@ -461,7 +486,7 @@ def test_a_full_disk_while_spilling_stops_the_run_in_one_line_keeping_results(da
     assert len(message.splitlines()) == 1 and "cannot write a client's state to" in message
     assert "No space left on device" in message and "Results so far kept in" in message
     assert read_results(results_file(server))[0]["rs_test_acc"].size >= 1
-    folder = server.state_store.folder
+    folder = server.state_store.files.folder
     assert not (folder.is_dir() and any(folder.glob(".spill.*")))  # the partial file went
 
 
@@ -469,8 +494,8 @@ def test_a_store_folder_that_cannot_be_made_stops_the_run_in_one_line(data_dir, 
     budget = spilling_budget(data_dir, tmp_path)
     server = server_for(data_dir, tmp_path / "blocked", *SPILLING, "--state_memory", budget)
     run_of(server)  # the run puts the store under its checkpoint folder
-    server.state_store.folder.parent.mkdir(parents=True)
-    server.state_store.folder.write_text("a file where the store's folder goes")
+    server.state_store.files.folder.parent.mkdir(parents=True)
+    server.state_store.files.folder.write_text("a file where the store's folder goes")
     from utils.errors import RunError
     with pytest.raises(RunError, match="cannot write a client's state to"):
         train(server)
@@ -484,7 +509,7 @@ def test_the_batched_engine_reads_spilled_clients_back(data_dir, tmp_path):
     budget = str(2 * max(c.own_bytes() for c in kept.clients) + 1)
     spilled = server_for(data_dir, tmp_path / "spilled", *flags, "--state_memory", budget)
     train(spilled)
-    assert spilled.state_store.read_files > 0
+    assert spilled.state_store.files.read_back > 0
     same_results(spilled, kept)
 
 
@@ -496,7 +521,7 @@ def test_ray_workers_get_spilled_clients_read_back(ray_session, data_dir, tmp_pa
     budget = str(2 * max(c.own_bytes() for c in kept.clients) + 1)
     spilled = server_for(data_dir, tmp_path / "spilled", *flags, "--executor", "ray", "--state_memory", budget)
     train(spilled)
-    assert spilled.state_store.read_files > 0
+    assert spilled.state_store.files.read_back > 0
     same_results(spilled, kept)
 
 

@@ -32,7 +32,7 @@ from flcore.aggregation import named_tensors
 from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.parked_modules import FrozenTensors
 from flcore.clients.parking import ParkingClient, holds_stand_ins
-from flcore.clients.state_store import SpillRecord
+from flcore.clients.spill_files import SpillRecord
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate
 from flcore.state import ModuleTensors, StateError, check_attrs, export_value, import_value
@@ -198,7 +198,7 @@ class Client(ParkingClient):
             record = SpillRecord.from_state(state.pop(STORED_KEY))
         except ValueError as err:
             raise StateError(f"{where or 'client'}.{STORED_KEY}: {err}") from None
-        problem = self._store.problem(record)
+        problem = self._store.files.problem(record)
         if problem:
             raise StateError(f"{where or 'client'}: {problem}")
         return state, record

@@ -37,7 +37,8 @@ from flcore.aggregation import named_tensors
 from flcore.clients.parked_modules import (FrozenTensors, ModuleTemplate, ParkedModule, Tensors, frozen_state,
                                           load_module, park_module, parkable, parked_copy, rebind, same_bits,
                                           swap_parameters, template_for, tensor_key)
-from flcore.clients.state_store import ClientStateStore, SpillRecord
+from flcore.clients.spill_files import SpillRecord
+from flcore.clients.state_store import ClientStateStore
 
 # Keys of a client's entry in the store: "module/<slot>/<tensor name>" and "attr/<attribute>[/<key>]".
 _MODULE_KEY, _ATTR_KEY = "module", "attr"

@@ -58,7 +58,9 @@ class FedAMP(Server):
     def cloud_names(self) -> List[str]:
         """The parameter tensors FedAMP compares and shares (all but the ones X+LAG keeps personal)."""
         personal = self.personal_names()
-        return [n for n, _ in next(self.in_use(self.clients[:1])).shared_module().named_parameters()
+        first = self.clients[0]
+        first.check_out()
+        return [n for n, _ in first.shared_module().named_parameters()
                 if n not in personal]
 
     @torch.no_grad()

@@ -79,7 +79,8 @@ class APPLE(LatestModelsServer):
         self.store_uploads()
 
     def end_round(self, rnd: int) -> None:
-        self.record("apple_relationships", np.stack([c.relationships.p.detach().cpu().numpy() for c in self.in_use(self.clients)]))
+        relationships = [c.relationships.p.detach().cpu().numpy() for c in self.in_use(self.clients)]
+        self.record("apple_relationships", np.stack(relationships))
 
     def receive_new_client(self, client: clientAPPLE) -> None:
         mix = weighted_average(self.known_models(), self.initial_relationships.tolist())

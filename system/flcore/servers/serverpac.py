@@ -71,7 +71,8 @@ class FedPAC(Server):
         # Snapshot first: uploaded heads may be views of the clients' heads, overwritten one client at a time.
         heads = [{n: t.clone() for n, t in update.extras["head"].items()} for update in self.uploads]
         for i, client_id in enumerate(self.uploader_ids()):
-            client = next(self.in_use([self._client(client_id)]))
+            client = self._client(client_id)
+            client.check_out()
             copy_into(client.model.head, weighted_average(heads, weights[i].tolist()))
 
     def _client(self, client_id: int) -> clientPAC:
