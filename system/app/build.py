@@ -124,7 +124,8 @@ def build_server(config: RunConfig, run: int = 0):
     seed_everything(run_config.seed)
     server_class, spec = resolve(config.algorithm)
     info = dataset_info(config.dataset, config.num_clients + config.num_new_clients, config.data_dir)
-    model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len)
+    model = build_checked_model(config.model, info.input_shape, config.num_classes, config.vocab_size, config.max_len,
+                                config.feature_dim)
     problem = batch_size_problem(model, config, info)
     if problem:
         raise ConfigError(problem)
@@ -170,11 +171,12 @@ def batch_size_problem(model: torch.nn.Module, config: RunConfig, info: DatasetI
     return ""
 
 
-def build_checked_model(name: str, input_shape, num_classes: int, vocab_size=None, max_len=None):
+def build_checked_model(name: str, input_shape, num_classes: int, vocab_size=None, max_len=None, feature_dim=512):
     """Build ``-m name`` and push a dummy batch through it, so a model that cannot take the dataset's
     inputs (e.g. an image too small for its pooling) fails early, in one line."""
     try:
-        model = build_model(name, input_shape, num_classes, vocab_size=vocab_size, max_len=max_len)
+        model = build_model(name, input_shape, num_classes, vocab_size=vocab_size, max_len=max_len,
+                            feature_dim=feature_dim)
         model.eval()
         with torch.no_grad():
             model(example_batch(name, input_shape))

@@ -123,6 +123,28 @@ class RunConfig:
     few_shot: int = flag("-fs", "--few_shot", default=0, minimum=0, help="keep k train samples per label (0 = all)")
     client_drop_rate: float = flag("-cdr", "--client_drop_rate", default=0.0, minimum=0, below=1,
                                    help="fraction of trained clients whose update is dropped")
+    train_slow_rate: float = flag("-tsr", "--train_slow_rate", default=0.0, minimum=0, maximum=1, help=(
+        "fraction of clients, int(tsr * nc) drawn once from --seed, that are slow to train: their simulated "
+        "training time per minibatch is 0.01 s + 0.1 s * u, u uniform in [0, 1) drawn per client and round, "
+        "against 0.01 s for the others (docs/command-line.md, 'Simulated client time'); no client sleeps and "
+        "training is unchanged"))
+    send_slow_rate: float = flag("-ssr", "--send_slow_rate", default=0.0, minimum=0, maximum=1, help=(
+        "fraction of clients, int(ssr * nc) drawn once from --seed, that are slow to receive the model: their "
+        "simulated sending time per round is 0.01 s + 1 s * v, v uniform in [0, 1), against 0.01 s"))
+    time_select: bool = flag("-ts", "--time_select", default=False, help=(
+        "leave out of aggregation the uploads of clients whose simulated time (mean training time over the "
+        "rounds it trained plus mean sending time over the rounds so far) exceeds -tth; the .h5 lists them "
+        "per round as rs_time_left_out"))
+    time_threthold: float = flag("-tth", "--time_threthold", "--time_threshold", default=10000.0, above=0, help=(
+        "-ts's limit on a client's simulated time, in simulated seconds (PFLlib's spelling; --time_threshold "
+        "is accepted too)"))
+    feature_dim: int = flag("-fd", "--feature_dim", default=512, minimum=1, help=(
+        "width of the text models' embeddings and hidden features (LSTM, BiLSTM, fastText, TextCNN, "
+        "Transformer, whose 8 attention heads need a multiple of 8), as in PFLlib; other models have fixed "
+        "widths and ignore it"))
+    save_folder_name: str = flag("-sfn", "--save_folder_name", default="items", help=(
+        "PFLlib's folder for items its algorithms save; this project saves no such items (checkpoints go "
+        "under --results_dir, spilled client state under the checkpoint folder), so it changes nothing"))
     seed: int = flag("--seed", default=0, run_key="seed", help=(
         f"seeds Python, NumPy, torch and client sampling; run i of -t uses seed + i, in 0..{MAX_SEED}"))
     data_dir: Optional[str] = flag("--data_dir", default=None, run_key="data-dir",

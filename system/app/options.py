@@ -29,7 +29,7 @@ from dataset.utils.one_line import OneLineParser
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.flag_use import unused_flags, unused_reason
 from flcore.registry import lag_base, own_defaults_by_flag
-from flcore.trainmodel.models import MODELS, UnknownModelError
+from flcore.trainmodel.models import MODELS, TEXT_MODELS, UnknownModelError
 from utils.flagfields import add_arguments, flag_fields, flag_values
 from utils.names import unknown_name_message
 from utils.rounds import rounds_run
@@ -252,6 +252,16 @@ def setup_notes(config: RunConfig, argv: Sequence[str] = ()) -> List[str]:
     if argv and "global_rounds" not in _flags_given_or_none(argv):
         notes.append(f"-gr left out: PFLlib's default, {rounds_run(config.global_rounds)}; on a real dataset that "
                      f"takes hours (pass -gr N for fewer)")
+    given = _flags_given_or_none(argv) if argv else {}
+    if "feature_dim" in given and config.model not in TEXT_MODELS:
+        notes.append(f"-fd/--feature_dim {config.feature_dim} changes nothing for -m {config.model}: only the "
+                     f"text models ({', '.join(TEXT_MODELS)}) take a feature width")
+    if "save_folder_name" in given:
+        notes.append(f"-sfn/--save_folder_name {config.save_folder_name} changes nothing: this project saves no "
+                     f"PFLlib items (checkpoints go under --results_dir)")
+    if "itk" in given and lag_base(config.algorithm) == "FedMTL":
+        notes.append(f"-itk/--itk {config.algorithm_flags.itk} is recorded and changes nothing: FedMTL never reads "
+                     f"it, as in PFLlib")
     if config.eval_clients > config.num_clients:
         notes.append(f"--eval_clients {config.eval_clients} is more than the {config.num_clients} clients (-nc), "
                      f"so every client is evaluated, as with --eval_clients 0")

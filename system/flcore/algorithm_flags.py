@@ -68,6 +68,8 @@ class AlgorithmFlags:
                                           help="APPLE: learning rate of the directed relationships")
     L: float = shared_flag("-L", "--L", default=1.0,
                            help="APPLE: the fraction of -gr over which the pull of the relationships towards p0 fades")
+    itk: int = shared_flag("-itk", "--itk", default=4000, help=(
+        "FedMTL's itk, which PFLlib reads and never uses: recorded, it changes nothing"))
     # The clustered-FL baselines' own (not PFLlib's).
     num_clusters: int = shared_flag("-ncs", "--num_clusters", default=4,
                              help="IFCA: cluster models, i.e. the number of client groups assumed")

@@ -215,6 +215,8 @@ class FedFomoParams(Hyperparameters):
 @dataclass(frozen=True)
 class FedMTLParams(Hyperparameters):
     relationship_weight: float = reads("lamda", "FedMTL's weight of the task-relationship regulariser", minimum=0)
+    # PFLlib's clientmtl.py stores -itk and never reads it again; kept so that -itk is FedMTL's flag.
+    itk: int = reads("itk", "FedMTL's itk, unused as in PFLlib")
 
 
 @dataclass(frozen=True)

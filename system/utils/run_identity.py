@@ -13,7 +13,8 @@ from utils.paths import LOCATION_FLAGS
 # Flags that say where and how a run executes, not what it computes: a resumed run may change them.
 EXECUTION_FLAGS = frozenset({*LOCATION_FLAGS, "resume", "checkpoint_every", "device_id", "executor", "workers",
                              "ray_address", "gpus_per_worker", "ray_timeout", "threads", "tensorboard",
-                             "batch_clients", "state_memory", "overwrite"})
+                             "batch_clients", "state_memory", "overwrite",
+                             "save_folder_name"})  # PFLlib's item folder: nothing is saved there
 # Flags that only choose how a finished series is summarised (the .h5's ``summary``, the console line):
 # training is the same whatever their value, so a resumed run may change them, a finished run made with
 # another value is not stale (report.py recomputes the summary from the arrays), and a table does not

@@ -10,10 +10,10 @@ An algorithm overrides only the hooks it changes, in the spirit of Flower's ``St
 (``configure_train`` / ``aggregate_train``), and declares the attributes that carry its state from one
 round to the next (:attr:`Server.persistent_attrs`). Training returns values: ``train_clients`` keeps
 each trained client's :class:`~flcore.exchange.ClientUpdate`, ``receive_models`` picks the round's
-``uploads`` (after ``-cdr`` drop-out) and their ``upload_weights``, and aggregation reads only those. What a
-client's model receives is one value, :meth:`Server.payload` (the broadcast, and what it alone or its
-group gets), which the base ``send_models`` delivers (a method that sends more, a control variate or a
-generator, does so in its own ``send_models``).
+``uploads`` (after ``-cdr`` drop-out and ``-ts``'s time-based selection) and their ``upload_weights``,
+and aggregation reads only those. What a client's model receives is one value, :meth:`Server.payload`
+(the broadcast, and what it alone or its group gets), which the base ``send_models`` delivers (a method
+that sends more, a control variate or a generator, does so in its own ``send_models``).
 PFLlib's names are kept where they mean the same thing (``clients``, ``selected_clients``,
 ``global_model``, ``rs_test_acc`` ...); its ``uploaded_ids`` / ``uploaded_models`` contract (live
 modules of the clients) exists only in the adapter that runs FedLAG inside a PFLlib checkout (``patches/``).
@@ -33,6 +33,7 @@ from flcore.algorithm_flags import Hyperparameters
 from flcore.clients.clientbase import Client
 from flcore.clients.parked_modules import FrozenTensors, frozen_copy_of
 from flcore.clients.state_store import ClientStateStore
+from flcore.client_time import SimulatedTime
 from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
@@ -66,6 +67,10 @@ class Server:
     join_ratio = ConfigField()
     random_join_ratio = ConfigField()
     client_drop_rate = ConfigField()
+    train_slow_rate = ConfigField()
+    send_slow_rate = ConfigField()
+    time_select = ConfigField()
+    time_threthold = ConfigField()
     auto_break = ConfigField()
     top_cnt = ConfigField()
     num_new_clients = ConfigField()
@@ -86,6 +91,7 @@ class Server:
         self.sampler = sampler_rng(config.seed)
         self.state_store = store if store is not None else ClientStateStore()  # what clients own
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
+        self.sim_time = SimulatedTime(config, self.num_clients)  # -tsr, -ssr, -ts, -tth (draws on its own streams)
         self.executor = SequentialExecutor()  # the run puts --executor's in place for the rounds' duration
         self.new_clients: List[Client] = []
         self.selected_clients: List[Client] = []
@@ -252,9 +258,31 @@ class Server:
             keep = int((1 - self.client_drop_rate) * len(active))
             picks = np.sort(self.sampler.choice(len(active), size=keep, replace=False))
             active = [active[i] for i in picks]
+        active = self.on_time(active)
         limit = magnitude_limit(self.shared_tensors())
         self.uploads = [u for u in (self.trained_updates[c.id] for c in active) if self.accepts(u, limit)]
         self.upload_weights = sample_weights([u.num_samples for u in self.uploads])
+
+    def on_time(self, active: List[Client]) -> List[Client]:
+        """``active`` less the clients ``-ts`` leaves out, their simulated time above ``-tth``
+        (:mod:`flcore.client_time`); with any of ``-tsr``, ``-ssr``, ``-ts`` it records the round's simulated
+        times too (``rs_sim_train_time``, ``rs_sim_send_time``: one value per client, NaN training time for
+        those not trained; ``rs_time_left_out``: 1 for each client left out; ``rs_sim_round_time``: the
+        largest training plus sending time among the clients kept). Without them it changes nothing."""
+        if not self.sim_time.active:
+            return active
+        trained = {c.id: c.train_samples for c in self.selected_clients}  # train_clients trains them all
+        train, send = self.sim_time.round_rows(self.current_round, trained)
+        self.record("rs_sim_train_time", train)
+        self.record("rs_sim_send_time", send)
+        times = self.sim_time.client_times(self.history["rs_sim_train_time"], self.history["rs_sim_send_time"])
+        left = self.sim_time.left_out(times, [c.id for c in active]) or set()
+        kept = [c for c in active if c.id not in left]
+        mask = np.zeros(self.num_clients, dtype=np.int64)
+        mask[sorted(left)] = 1
+        self.record("rs_time_left_out", mask)
+        self.record("rs_sim_round_time", max((float(train[c.id] + send[c.id]) for c in kept), default=0.0))
+        return kept
 
     def accepts(self, update: ClientUpdate, limit: Optional[float] = None) -> bool:
         """Whether ``update`` may be averaged (:func:`~flcore.exchange.update_problem`: what was shared,

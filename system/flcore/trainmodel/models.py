@@ -177,12 +177,14 @@ CONVOLUTIONAL = frozenset({"CNN", "CNN-BN", "ResNet9", "ResNet10", "ResNet18", "
 
 
 def build_model(name: str, input_shape: Sequence[int], num_classes: int, *,
-                vocab_size: Optional[int] = None, max_len: Optional[int] = None) -> nn.Module:
+                vocab_size: Optional[int] = None, max_len: Optional[int] = None,
+                feature_dim: int = text.FEATURE_DIM) -> nn.Module:
     """Instantiate ``-m name`` for inputs of ``input_shape`` and ``num_classes`` outputs.
 
     ``input_shape`` is one sample's shape, of the kind the model takes (see :data:`INPUT_KINDS`). Text
     models also need ``vocab_size`` (-vs); ``max_len`` (-ml) defaults to the sequence length and may
-    not be shorter than it. Other models ignore both.
+    not be shorter than it; ``feature_dim`` (-fd) is their embedding and feature width. Other models ignore
+    all three.
     """
     if name not in MODELS:
         raise UnknownModelError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
@@ -191,8 +193,11 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int, *,
     if len(shape) != rank:
         raise UnknownModelError(f"model {name} needs {form}, got shape {shape}")
     if name in TEXT_MODELS:
+        if name == "Transformer" and feature_dim % 8:
+            raise UnknownModelError(f"model Transformer splits -fd/--feature_dim over its 8 attention heads: "
+                                    f"give a multiple of 8, got {feature_dim}")
         model = TEXT_MODELS[name](shape, num_classes, vocab_size=_vocab_size(name, vocab_size),
-                                  max_len=_max_len(name, shape, max_len))
+                                  max_len=_max_len(name, shape, max_len), width=int(feature_dim))
     else:
         model = MODELS[name](shape, num_classes)
     if name in CONVOLUTIONAL:

@@ -2,8 +2,8 @@
 
 Inputs are int64 token ids of shape (batch, max_len), right-padded with id 0 (see ``tokens.py``);
 PFLlib passes ``(ids, lengths)`` pairs instead, here the lengths are read off the padding. Every model
-embeds tokens in ``FEATURE_DIM`` dimensions (PFLlib's ``-fd`` default), the padding row zero and untrained,
-and ends in a classifier ``fc`` on a flat feature vector. They return logits: PFLlib's ``log_softmax``
+embeds tokens in ``-fd/--feature_dim`` dimensions (default ``FEATURE_DIM``, PFLlib's), the padding row
+zero and untrained, and ends in a classifier ``fc`` on a flat feature vector. They return logits: PFLlib's ``log_softmax``
 after ``fc`` would land on the features after a head split. The Transformer is in ``transformer.py``.
 """
 from __future__ import annotations
@@ -121,19 +121,23 @@ class TextCNN(nn.Module):
 
 
 # Builders with one signature for ``models.build_model``: the sequence shape (max_len,), the class
-# count, the vocabulary size (-vs) and the longest sequence the model must take (-ml).
+# count, the vocabulary size (-vs), the longest sequence the model must take (-ml) and the width (-fd).
 
-def lstm(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int) -> nn.Module:
-    return LSTM(vocab_size, num_classes)
-
-
-def bilstm(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int) -> nn.Module:
-    return BiLSTM(vocab_size, num_classes)
+def lstm(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int,
+         width: int = FEATURE_DIM) -> nn.Module:
+    return LSTM(vocab_size, num_classes, width=width)
 
 
-def fasttext(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int) -> nn.Module:
-    return FastText(vocab_size, num_classes)
+def bilstm(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int,
+           width: int = FEATURE_DIM) -> nn.Module:
+    return BiLSTM(vocab_size, num_classes, width=width)
 
 
-def text_cnn(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int) -> nn.Module:
-    return TextCNN(vocab_size, input_shape[0], num_classes)
+def fasttext(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int,
+             width: int = FEATURE_DIM) -> nn.Module:
+    return FastText(vocab_size, num_classes, width=width)
+
+
+def text_cnn(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int,
+             width: int = FEATURE_DIM) -> nn.Module:
+    return TextCNN(vocab_size, input_shape[0], num_classes, width=width)

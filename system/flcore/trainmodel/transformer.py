@@ -43,6 +43,7 @@ class Transformer(nn.Module):
         return self.fc((encoded * weights).sum(dim=1) / weights.sum(dim=1))
 
 
-def transformer(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int) -> nn.Module:
+def transformer(input_shape: Sequence[int], num_classes: int, vocab_size: int, max_len: int,
+                width: int = FEATURE_DIM) -> nn.Module:
     """The builder ``models.build_model`` calls (the same signature as the other text models')."""
-    return Transformer(vocab_size, max_len, num_classes)
+    return Transformer(vocab_size, max_len, num_classes, width=width)
