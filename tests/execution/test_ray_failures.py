@@ -117,7 +117,7 @@ def test_a_killed_worker_is_replaced_and_the_run_equals_an_uninterrupted_one(ray
 def test_a_stopped_worker_times_out_and_keeps_the_rounds_done(ray_session, data_dir, tmp_path):
     """A worker stopped with SIGSTOP never answers: the run stops after --ray_timeout with a RunError
     naming the flag, and round 0's results are in the .h5, marked incomplete."""
-    stopped = []
+    stopped, stopped_at = [], []
 
     class StopsWorkerOne(FedAvg):
         def train_clients(self, clients):
@@ -129,10 +129,10 @@ def test_a_stopped_worker_times_out_and_keeps_the_rounds_done(ray_session, data_
                 stopped.append(pid)
                 os.kill(pid, signal.SIGSTOP)
                 _wait_for_state(pid, ("T",))
+                stopped_at.append(time.monotonic())
             super().train_clients(clients)
 
     server = server_of_class(StopsWorkerOne, data_dir, tmp_path, *_flags("--ray_timeout", "120"))
-    start = time.monotonic()
     try:
         with pytest.raises(RunError, match=r"round 1: no Ray worker returned a client for 3 s \(--ray_timeout\)"
                                            r".*clients 1, 3, 5.*Results so far kept in"):
@@ -141,7 +141,9 @@ def test_a_stopped_worker_times_out_and_keeps_the_rounds_done(ray_session, data_
         for pid in stopped:  # the executor already asked Ray to kill it; make sure it does not linger stopped
             if _state(pid) not in (None, "Z"):
                 os.kill(pid, signal.SIGKILL)
-    assert time.monotonic() - start < 120
+    # Stopped after 3 s of silence, not the 120 s round 0 had (timed from the stop: round 0 on a loaded
+    # machine may itself take minutes).
+    assert stopped_at and time.monotonic() - stopped_at[0] < 60
     arrays, attrs = read_results(results_file(server))
     assert not attrs["complete"]
     assert attrs["rounds_done"] == 1 and arrays["rs_eval_round"].tolist() == [0, 1]
@@ -158,7 +160,7 @@ def test_a_killed_raylet_stops_the_run_with_one_line_and_keeps_results(data_dir,
                RAY_TMPDIR=tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # its own session (short socket paths)
     command = [sys.executable, str(MAIN), "-data", "Toy", "-nc", "6", "-gr", "100000", "-dev", "cpu", "-m", "DNN",
                "--data_dir", str(data_dir), "--results_dir", str(tmp_path), "--executor", "ray", "--workers", "2",
-               "--ray_timeout", "30"]
+               "--ray_timeout", "90"]  # round 0 on a loaded machine: workers start slowly
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     ray_processes = []
@@ -187,7 +189,7 @@ def test_a_killed_raylet_stops_the_run_with_one_line_and_keeps_results(data_dir,
     assert proc.returncode == 2, stderr[-3000:]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
     assert "Results so far kept in" in lines[0] and ("raylet" in lines[0] or "--ray_timeout" in lines[0]), lines[0]
-    assert took < 60
+    assert took < 120  # the raylet's death seen by health checks in seconds, or at worst --ray_timeout
     arrays, attrs = read_results(tmp_path / "Toy_FedAvg_test_0.h5")
     assert not attrs["complete"] and attrs["rounds_done"] >= 1 and len(arrays["rs_test_acc"]) >= 1
 
