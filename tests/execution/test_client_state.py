@@ -345,6 +345,19 @@ def spilling_budget(data_dir, tmp_path) -> str:
     return str(2 * max(c.own_bytes() for c in probe.clients) + 1)
 
 
+def killed_spilling_run(data_dir, tmp_path, flags=SPILLING, killed_in: int = 3):
+    """``(reference, budget, results, folder)``: an uninterrupted run of ``flags``, the budget under which the
+    same run spills, that run's results folder after it was killed in round ``killed_in``, and the folder of
+    its checkpoints."""
+    reference = server_for(data_dir, tmp_path / "reference", *flags)
+    train(reference)
+    budget = spilling_budget(data_dir, tmp_path)
+    results = tmp_path / "spilled"
+    interrupted_after(server_for(data_dir, results, *flags, "--state_memory", budget), killed_in)
+    folder = next((results / "checkpoints").rglob(f"round_{killed_in - 1:06d}.pt")).parent
+    return reference, budget, results, folder
+
+
 def test_a_checkpoint_names_the_files_and_resuming_from_it_equals_an_uninterrupted_run(data_dir, tmp_path):
     reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
     train(reference)
@@ -365,12 +378,7 @@ def test_a_checkpoint_names_the_files_and_resuming_from_it_equals_an_uninterrupt
 
 
 def test_an_altered_client_state_file_is_named_and_its_checkpoint_refused(data_dir, tmp_path, capsys):
-    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
-    train(reference)
-    budget = spilling_budget(data_dir, tmp_path)
-    results = tmp_path / "spilled"
-    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
-    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path)
     payload = torch.load(folder / "round_000002.pt", weights_only=True)
     digest = next(c["stored_in"]["digest"] for c in payload["server"]["clients"] if "stored_in" in c)
     path = folder / "client-state" / f"{digest}.safetensors"
@@ -393,12 +401,7 @@ def test_too_small_a_budget_on_resume_keeps_the_checkpoint_and_says_to_raise_it(
     """The checkpoint is sound; what fails is --state_memory: the line names the budget, tells to raise
     it, and never to delete the checkpoint, which then resumes with a budget that fits."""
     from utils.checkpoint import CheckpointError
-    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
-    train(reference)
-    budget = spilling_budget(data_dir, tmp_path)
-    results = tmp_path / "spilled"
-    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
-    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path)
     before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     with pytest.raises(CheckpointError) as refused:
         server_for(data_dir, results, *SPILLING, "--state_memory", "1", "--resume")
@@ -418,12 +421,7 @@ def test_with_every_client_state_file_altered_the_fresh_start_completes(data_dir
     could prune the altered files: each is rewritten, not taken for the file of its name, so the run
     completes with the uninterrupted run's results."""
     flags = (*SPILLING, "--checkpoint_every", "2")
-    reference = server_for(data_dir, tmp_path / "reference", *flags)
-    train(reference)
-    budget = spilling_budget(data_dir, tmp_path)
-    results = tmp_path / "spilled"
-    interrupted_after(server_for(data_dir, results, *flags, "--state_memory", budget), 4)
-    folder = next((results / "checkpoints").rglob("round_000003.pt")).parent
+    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path, flags, killed_in=4)
     named = [spill_files_of(folder, torch.load(path, weights_only=True)) for path in sorted(folder.glob("*.pt"))]
     assert len(named) == 2 and all(named), "each kept checkpoint must name a spilled client's file"
     for path in (folder / "client-state").glob("*.safetensors"):
@@ -444,12 +442,7 @@ def test_a_folder_at_a_checkpointed_files_name_is_named_in_one_line_and_the_run_
     leaves the folder alone and stops, in one line, where it needs the name; once the folder is moved,
     --resume continues from the fresh start's checkpoint to the uninterrupted run's results."""
     from utils.errors import RunError
-    reference = server_for(data_dir, tmp_path / "reference", *SPILLING)
-    train(reference)
-    budget = spilling_budget(data_dir, tmp_path)
-    results = tmp_path / "spilled"
-    interrupted_after(server_for(data_dir, results, *SPILLING, "--state_memory", budget), 3)
-    folder = next((results / "checkpoints").rglob("round_000002.pt")).parent
+    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path)
     named = [set(spill_files_of(folder, torch.load(p, weights_only=True))) for p in folder.glob("*.pt")]
     path = next(iter(set.intersection(*named)))
     path.unlink()
