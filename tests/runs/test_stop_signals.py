@@ -15,6 +15,14 @@ from utils.result_utils import read_results, result_path
 from helpers import cli, main_command
 
 ROUNDS_BEFORE_THE_SIGNAL = 3
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_stop_signals() -> None:
+    """In the child before it starts: the three signals at their defaults, as in a terminal, whatever the tests
+    were started from (a shell's background job ignores SIGINT, and a run keeps a signal ignored)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def run_until_round(data_dir, results, *extra, start_after_note=False):
@@ -23,7 +31,7 @@ def run_until_round(data_dir, results, *extra, start_after_note=False):
     after the round its resume note names)."""
     cmd = main_command(*cli(data_dir, results, "-algo", "FedAvg", "-gr", "100000", *extra))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=default_stop_signals)
     target = None if start_after_note else ROUNDS_BEFORE_THE_SIGNAL
     for line in proc.stdout:
         if target is None and "resumed after round " in line:
@@ -34,7 +42,7 @@ def run_until_round(data_dir, results, *extra, start_after_note=False):
     raise AssertionError(f"the run ended before round {ROUNDS_BEFORE_THE_SIGNAL}: {proc.stderr.read()}")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", STOP_SIGNALS)
 def test_a_run_stopped_by_a_signal_keeps_its_rounds_marked_incomplete(signum, data_dir, tmp_path):
     proc = run_until_round(data_dir, tmp_path)
     proc.send_signal(signum)
@@ -97,11 +105,15 @@ def test_stop_signals_raise_then_give_the_old_handlers_back():
 
 
 def test_a_deferred_signal_does_not_interrupt_the_block():
-    done = False
-    with stop_signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):
-            pass
-        done = True
-    assert done
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler or sys.platform == "win32"
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, however tests started
+    try:
+        done = False
+        with stop_signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+            done = True
+        assert done
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler or sys.platform == "win32"
+    finally:
+        signal.signal(signal.SIGINT, previous)
