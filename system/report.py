@@ -26,6 +26,8 @@ are other rows or columns, whose labels name it. Written to the output folder (d
 * ``groups_<run>_<layer>.png``: with ``--lag_share groups``, each client's group over the rounds, a colour
   per group.
 * ``personal_<experiment>.png``: the fraction of rounds each layer was kept personal.
+* ``dlg_<dataset>.png``: for runs made with ``-dlg``, the PSNR of Deep Leakage from Gradients' reconstructions
+  against the attacked round, one line per algorithm; the tables then hold the mean PSNR too.
 * ``report.md``: all of the above on one page. A figure not drawn (a run's ``lag_groups`` that does not fit
   the run ...) is named there and printed, with why.
 
@@ -146,9 +148,16 @@ def make_plots(groups: List[Group], out: Path, args, skipped: List[str]) -> Dict
     why, so that no figure is left out without a word."""
     from reporting import plots
     rows, columns, cells = table_layout(groups)
-    written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "groups": [], "personal": []}
+    written: Dict[str, List[Path]] = {"curves": [], "heatmaps": [], "groups": [], "personal": [], "dlg": []}
     panels = {}
     for column in columns:
+        dlg = {r.label: cells[(r, column)].dlg_curve() for r in rows if (r, column) in cells}
+        dlg = {label: curve for label, curve in dlg.items() if curve is not None}
+        if dlg:
+            path = out / f"dlg_{safe_name(column.dataset)}.png"
+            plots.plot_dlg_psnr(dlg, figure_title(f"{column.label}: what the uploads revealed (DLG)",
+                                                  "(PSNR of the reconstructions; mean ± std over seeds)"), path)
+            written["dlg"].append(path)
         curves = {r.label: cells[(r, column)].curve() for r in rows if (r, column) in cells}
         models = sorted({cells[(r, column)].model for r in rows if (r, column) in cells})
         runs = sorted({len(cells[(r, column)].runs) for r in rows if (r, column) in cells})
@@ -256,13 +265,15 @@ def report_markdown(title: str, tables: str, left_out, written: Dict[str, List[P
              "(an evaluation every -eg rounds): PFLlib's accuracy, over all test samples, so a client holding more "
              "of them weighs more; mean over clients = each client's accuracy counted once (rs_client_acc); "
              "worst 10% = mean accuracy of the ceil(n/10) lowest of the n clients at the final evaluation, client "
-             "std = std over clients there. Bold: the best mean of each column (the lowest client std).", "", tables]
+             "std = std over clients there. Bold: the best mean of each column (the lowest client std, and the "
+             "lowest DLG PSNR where shown).", "", tables]
     if left_out:
         lines += ["## Runs left out", ""] + [f"- `{p.name}`: {why}" for p, why in left_out] + [""]
     if skipped:
         lines += ["## Figures not drawn", ""] + [f"- {line}" for line in skipped] + [""]
     sections = (("Accuracy curves", "curves"), ("Per-layer conflict heatmaps", "heatmaps"),
-                ("Groups sharing a personal layer", "groups"), ("Personalisation frequency", "personal"))
+                ("Groups sharing a personal layer", "groups"), ("Personalisation frequency", "personal"),
+                ("What the uploads revealed (DLG)", "dlg"))
     for heading, key in sections:
         if written.get(key):
             lines += [f"## {heading}", ""] + [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in written[key]]

@@ -116,6 +116,16 @@ class RunConfig:
         "write TensorBoard event files under <results>/tensorboard/<run>/ (needs the tensorboard package)"))
     auto_break: bool = flag("-ab", "--auto_break", default=False,
                             help="stop when the best accuracy is -tc evaluations old")
+    dlg_eval: bool = flag("-dlg", "--dlg_eval", default=False, help=(
+        "privacy evaluation: every -dlgg rounds the server plays the attacker of Deep Leakage from Gradients "
+        "on each upload it receives and records how well it rebuilds the client's first -bnpc minibatches "
+        "(rs_dlg_psnr, rs_dlg_ssim in the .h5; docs/command-line.md, 'DLG privacy evaluation'); image "
+        "datasets only; training and every accuracy are unchanged"))
+    dlg_gap: int = flag("-dlgg", "--dlg_gap", default=100, minimum=1, help=(
+        "-dlg attacks the uploads of rounds 0, dlgg, 2 dlgg, ..."))
+    batch_num_per_client: int = flag("-bnpc", "--batch_num_per_client", default=2, minimum=1, help=(
+        "-dlg attacks each client's first bnpc minibatches of -lbs training samples (in file order), each "
+        "on its own"))
     num_new_clients: int = flag("-nnc", "--num_new_clients", default=0, minimum=0,
                                 help="clients nc..nc+nnc-1 held out")
     fine_tuning_epoch_new: int = flag("-ften", "--fine_tuning_epoch_new", default=0,

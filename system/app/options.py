@@ -28,8 +28,8 @@ from app.config import RunConfig
 from dataset.utils.one_line import OneLineParser
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.flag_use import unused_flags, unused_reason
-from flcore.registry import lag_base, own_defaults_by_flag
-from flcore.trainmodel.models import MODELS, TEXT_MODELS, UnknownModelError
+from flcore.registry import lag_base, own_defaults_by_flag, uploads_parameters
+from flcore.trainmodel.models import IMAGE_MODELS, MODELS, TEXT_MODELS, UnknownModelError
 from utils.flagfields import add_arguments, flag_fields, flag_values
 from utils.names import unknown_name_message
 from utils.rounds import rounds_run
@@ -207,6 +207,9 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
         problem = batched_problem(config.algorithm, config.model)
         if problem:
             problems.append(problem)
+    problem = dlg_problem(config)
+    if problem:
+        problems.append(problem)
     if not (0 < config.join_ratio <= 1 and 0 <= config.client_drop_rate < 1 and config.num_clients >= 1):
         return problems, warnings  # already refused by parse_args()
     # The same arithmetic as Server.__init__ and Server.receive_models.
@@ -233,6 +236,17 @@ def setup_problems(config: RunConfig) -> Tuple[List[str], List[str]]:
         warnings.append(f"-ldg/--learning_rate_decay_gamma {gamma} > 1 with -ld: the learning rate grows with "
                         f"every local training")
     return problems, warnings
+
+
+def dlg_problem(config: RunConfig) -> str:
+    """Why ``-dlg`` cannot run with this model, or '': it rebuilds images, by moving continuous inputs."""
+    if not config.dlg_eval or config.model in IMAGE_MODELS or config.model not in MODELS:
+        return ""
+    if config.model in TEXT_MODELS:
+        return (f"-dlg/--dlg_eval cannot attack -m {config.model}: the model takes token ids, integers, and DLG "
+                f"rebuilds a batch by moving continuous inputs along a gradient; use it with an image model")
+    return (f"-dlg/--dlg_eval cannot attack -m {config.model}: DLG's reconstructions are measured as images "
+            f"(PSNR and SSIM of pixels), and the model takes no images; use it with an image model")
 
 
 def unused_flag_warnings(config: RunConfig, argv: Sequence[str]) -> List[str]:
@@ -262,6 +276,14 @@ def setup_notes(config: RunConfig, argv: Sequence[str] = ()) -> List[str]:
     if "itk" in given and lag_base(config.algorithm) == "FedMTL":
         notes.append(f"-itk/--itk {config.algorithm_flags.itk} is recorded and changes nothing: FedMTL never reads "
                      f"it, as in PFLlib")
+    if config.dlg_eval and not uploads_parameters(config.algorithm):
+        notes.append(f"-dlg/--dlg_eval changes nothing for {config.algorithm}: its clients upload no model parameters "
+                     f"(nothing, or class prototypes or logits), so DLG has no update to attack and no rs_dlg_* "
+                     f"series is recorded")
+    dlg_only = [names for dest, names in given.items() if dest in ("dlg_gap", "batch_num_per_client")]
+    if dlg_only and not config.dlg_eval:
+        notes.append(f"{' and '.join(dlg_only)} change{'s' if len(dlg_only) == 1 else ''} nothing without "
+                     f"-dlg/--dlg_eval, whose attacks they schedule")
     if config.eval_clients > config.num_clients:
         notes.append(f"--eval_clients {config.eval_clients} is more than the {config.num_clients} clients (-nc), "
                      f"so every client is evaluated, as with --eval_clients 0")

@@ -7,10 +7,12 @@ hooks; :class:`FederatedRun` calls them in order, once per round::
     select_clients -> send_models -> evaluate (every eval_gap) -> train_clients(selected)
     -> receive_models -> aggregate_parameters -> end_round -> drop_uploads
 
-and around the rounds it owns what an algorithm author never touches: the run lock and the output
-checks before round 0, the progress line and TensorBoard, the executor (``--executor``) for the rounds'
-duration, auto-break (``-ab``), checkpoints every ``--checkpoint_every`` rounds and ``--resume``, and the
-``.h5`` and CSV (with a fallback file when the results folder cannot be written).
+(with ``-dlg``, every ``-dlgg`` rounds, ``remember_payloads`` after ``send_models`` and
+``evaluate_leakage`` after ``receive_models``: :mod:`flcore.privacy.leakage`), and around the rounds it
+owns what an algorithm author never touches: the run lock and the output checks before round 0, the
+progress line and TensorBoard, the executor (``--executor``) for the rounds' duration, auto-break (``-ab``),
+checkpoints every ``--checkpoint_every`` rounds and ``--resume``, and the ``.h5`` and CSV (with a fallback
+file when the results folder cannot be written).
 """
 from __future__ import annotations
 
@@ -183,11 +185,16 @@ class FederatedRun(Checkpoints):
                 start = time.perf_counter()
                 server.selected_clients = server.select_clients()
                 between_hooks(server, server.send_models)
+                attacked = server.leakage_due()  # -dlg: the attacker keeps what each client was sent
+                if attacked:
+                    between_hooks(server, server.remember_payloads)
                 summary = between_hooks(server, server.evaluate) if rnd % config.eval_gap == 0 else None
                 between_hooks(server, server.train_clients, server.selected_clients)
                 if summary is not None and config.eval_after_training:
                     between_hooks(server, server.evaluate, server.selected_clients, prefix="rs_after")
                 between_hooks(server, server.receive_models)
+                if attacked:  # before aggregation: the uploads as received, the global model as it was sent
+                    reporter.note(between_hooks(server, server.evaluate_leakage))
                 between_hooks(server, server.aggregate_parameters)
                 between_hooks(server, server.end_round, rnd)
                 server.drop_uploads()

@@ -168,6 +168,13 @@ def lag_composable(spec: AlgorithmSpec) -> bool:
     return spec.shares_parameters and not spec.no_lag_reason
 
 
+def uploads_parameters(name: str) -> bool:
+    """Whether the clients of ``-algo name`` (X's, for ``X+LAG``) upload model parameters: what ``-dlg``
+    attacks. False for a name this checkout does not know."""
+    spec = ALGORITHMS.get(lag_base(name))
+    return spec is not None and spec.shares_parameters
+
+
 def lag_base(name: str) -> str:
     """``X`` for ``X+LAG``; any other name unchanged."""
     return name[:-len(LAG_SUFFIX)] if name.endswith(LAG_SUFFIX) else name

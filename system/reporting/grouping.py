@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -108,17 +109,33 @@ class Group:
 
         Runs of different lengths (auto-break) contribute to the rounds they reached.
         """
-        rounds = np.array(sorted({int(x) for r in self.runs for x in r.eval_rounds}), dtype=int)
-        table = np.full((len(self.runs), len(rounds)), np.nan)
-        column = {x: i for i, x in enumerate(rounds)}
-        for row, run in enumerate(self.runs):
-            for x, acc in zip(run.eval_rounds, run.accuracy):
-                table[row, column[int(x)]] = acc
-        count = np.sum(~np.isnan(table), axis=0)
-        with np.errstate(invalid="ignore"):
-            mean = np.nanmean(table, axis=0) if len(self.runs) else table[0]
-            std = np.nanstd(table, axis=0)
-        return rounds, mean, std, count
+        return aligned_curve([(r.eval_rounds, r.accuracy) for r in self.runs])
+
+    def dlg_curve(self) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(rounds, mean, std, count) of ``-dlg``'s PSNR over the runs that recorded it, aligned by attacked
+        round (``rs_dlg_round``); None when none did."""
+        series = [(np.asarray(r.arrays["rs_dlg_round"], dtype=int), np.asarray(r.arrays["rs_dlg_psnr"], dtype=float))
+                  for r in self.runs if len(r.arrays.get("rs_dlg_psnr", [])) and
+                  len(r.arrays.get("rs_dlg_round", [])) == len(r.arrays["rs_dlg_psnr"])]
+        return aligned_curve(series) if series else None
+
+
+def aligned_curve(series: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                              np.ndarray]:
+    """(rounds, mean, std, count) over ``series`` of (rounds, values) pairs, one per run, aligned by round: a
+    run contributes to the rounds it holds (a NaN value counts as missing)."""
+    rounds = np.array(sorted({int(x) for xs, _ in series for x in xs}), dtype=int)
+    table = np.full((len(series), len(rounds)), np.nan)
+    column = {x: i for i, x in enumerate(rounds)}
+    for row, (xs, values) in enumerate(series):
+        for x, value in zip(xs, values):
+            table[row, column[int(x)]] = value
+    count = np.sum(~np.isnan(table), axis=0)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a round no run has a value for: NaN, said by its count
+        mean = np.nanmean(table, axis=0) if len(series) else table[0]
+        std = np.nanstd(table, axis=0)
+    return rounds, mean, std, count
 
 
 def group_runs(runs: Sequence[Run], data_dir: Optional[object] = None) -> List[Group]:

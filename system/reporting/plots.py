@@ -9,6 +9,8 @@
 * :func:`plot_client_groups`: each client's group for a personal layer over rounds (``--lag_share groups``),
   one distinct colour per group.
 * :func:`plot_personal_frequency`: the fraction of rounds each layer was kept personal.
+* :func:`plot_dlg_psnr`: ``-dlg``'s PSNR against round, one line per algorithm: how closely Deep Leakage
+  from Gradients rebuilt clients' images from each attacked round's uploads.
 
 Each function draws one figure, saves it when given a path and returns it (closed figures are still
 inspectable), so tests can check axes, labels and data.
@@ -348,6 +350,32 @@ def plot_personal_frequency(layer_names: Sequence[str], mean: np.ndarray, std: O
     ax.set_ylabel("layer")
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_dlg_psnr(curves: Dict[str, Curve], title: str, path: Optional[Path] = None) -> Figure:
+    """One line per algorithm (the accuracy curves' colours and dashes): the mean over seeds of ``-dlg``'s PSNR
+    in dB (``rs_dlg_psnr``: each round's mean over its attacked images) against the attacked round, a dot at
+    each, +- std over seeds shaded. Lower: the uploads revealed less. A curve that another holds point for
+    point is drawn over it in short dashes and named, as on the accuracy curves."""
+    styles = algorithm_styles(list(curves))
+    repeats = repeated_curves(curves)
+    fig, ax = plt.subplots(figsize=(8.5, 5.0))
+    for name, (rounds, mean, std, count) in curves.items():
+        style = {"marker": "o", "markersize": 3.5, **styles[name], **(REPEAT_STYLE if name in repeats else {})}
+        style.pop("markevery", None)  # few points: every one is marked
+        runs = int(np.max(count)) if len(count) else 0
+        same = f"= {repeats[name]}, " if name in repeats else ""
+        ax.plot(rounds, mean, label=textwrap.fill(f"{name} ({same}n={runs})", LEGEND_WRAP), **style)
+        if runs > 1:
+            ax.fill_between(rounds, mean - std, mean + std, color=style["color"], alpha=0.18, linewidth=0)
+    ax.set_xlabel("round (attacked every -dlgg rounds)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("DLG PSNR (dB), mean over attacked images")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -27,6 +27,8 @@ class Statistic:
     higher_is_better: bool = True  # which end of a column is bold
     # Shown only when some run recorded it (the series of an optional flag such as --val_ratio).
     optional: bool = False
+    # A fraction shown in % (the accuracies); False: a value shown as it is, in the unit its caption names.
+    percent: bool = True
 
     def heading(self, last_k: int) -> str:
         return self.caption.format(k=last_k)
@@ -59,6 +61,10 @@ OPTIONAL_STATISTICS = (
     Statistic("after_final", "after_final",
               "Final accuracy after local training (%) (--eval_after_training: the last round's trained "
               "clients, after their local training)", "final after training", optional=True),
+    Statistic("dlg_psnr", "dlg_psnr",
+              "DLG mean PSNR (dB) (-dlg: how closely Deep Leakage from Gradients rebuilt clients' training images "
+              "from their uploads, mean over every attacked image and round; lower = less revealed, bold: the lowest)",
+              "DLG mean PSNR dB", higher_is_better=False, optional=True, percent=False),
 )
 ALL_STATISTICS = STATISTICS + OPTIONAL_STATISTICS
 BY_NAME = {s.name: s for s in ALL_STATISTICS}
@@ -95,4 +101,12 @@ def run_values(run: Run, last_k: int = DEFAULT_LAST_K) -> Dict[str, float]:
     means = client_mean_series(run.arrays)
     count = summary.last_k_count
     last_k_client_mean = float(np.mean(means[-count:])) if means is not None and count else float("nan")
-    return {**asdict(summary), "last_k_client_mean": last_k_client_mean}
+    return {**asdict(summary), "last_k_client_mean": last_k_client_mean, "dlg_psnr": dlg_mean_psnr(run.arrays)}
+
+
+def dlg_mean_psnr(arrays: Mapping[str, object]) -> float:
+    """The mean of a ``-dlg`` run's ``rs_dlg_psnr`` over its evaluated rounds (each already a mean over the
+    round's attacked images); NaN for a run made without ``-dlg`` (or whose rounds attacked nothing)."""
+    values = np.asarray(arrays.get("rs_dlg_psnr", []), dtype=float)
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else float("nan")

@@ -82,21 +82,24 @@ def group_labels(groups: Sequence[Group]) -> Dict[int, Tuple[str, str]]:
     return {id(g): (row.label, column.label) for (row, column), g in cells.items()}
 
 
-def format_cell(mean: float, std: float, runs: int = 2) -> str:
+def format_cell(mean: float, std: float, runs: int = 2, percent: bool = True) -> str:
     """Accuracy fractions as the paper prints them: percent, two decimals, ``mean ± std``; a single
     run has no spread, so its value stands alone (the seeds note gives the counts). ``n/a``: the runs
-    did not record what the statistic needs (see :data:`NOT_AVAILABLE_NOTE`)."""
+    did not record what the statistic needs (see :data:`NOT_AVAILABLE_NOTE`). ``percent=False``: a value
+    in its own unit (the DLG PSNR in dB), two decimals likewise."""
     if np.isnan(mean):
         return "n/a"
+    scale = 100 if percent else 1
     if runs == 1:
-        return f"{100 * mean:.2f}"
-    return f"{100 * mean:.2f} ± {100 * std:.2f}"
+        return f"{scale * mean:.2f}"
+    return f"{scale * mean:.2f} ± {scale * std:.2f}"
 
 
 def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: bool = True,
                    last_k: int = DEFAULT_LAST_K) -> str:
     """One Markdown table (Table 1 layout) of the statistic ``metric`` (a name in
-    :data:`~reporting.statistics.STATISTICS`: best, final, last_k, worst10, client_std), mean ± std in %.
+    :data:`~reporting.statistics.ALL_STATISTICS`: best, final, last_k, worst10, client_std ...), mean ± std in %
+    (the DLG PSNR in dB).
 
     The best mean of each column is in bold (the highest; the lowest for client_std); a cell with no runs
     is "-", one whose runs lack the data is "n/a".
@@ -119,7 +122,7 @@ def markdown_table(groups: Sequence[Group], metric: str = "best", bold_best: boo
                 out.append("-")
                 continue
             s = stats[(r, c)]
-            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"], len(g.runs))
+            text = format_cell(s[f"{metric}_mean"], s[f"{metric}_std"], len(g.runs), statistic.percent)
             out.append(f"**{text}**" if bold_best and len(rows) > 1 and s[f"{metric}_mean"] == top[c] else text)
         lines.append(f"| {r.label} | " + " | ".join(out) + " |")
     return "\n".join(lines)
@@ -160,7 +163,7 @@ def models_note(groups: Sequence[Group]) -> str:
 
 def shown_statistics(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> Tuple[Statistic, ...]:
     """The statistics a report shows: every standard one, and each optional one (``--val_ratio``,
-    ``--eval_after_training``) that some cell has a value for."""
+    ``--eval_after_training``, ``-dlg``) that some cell has a value for."""
     stats = [g.stats(last_k) for g in groups]  # each recomputes every run's summary: once per group
     present = [s for s in OPTIONAL_STATISTICS if any(not np.isnan(g[f"{s.name}_mean"]) for g in stats)]
     return STATISTICS + tuple(present)
@@ -182,7 +185,7 @@ def csv_table(groups: Sequence[Group], last_k: int = DEFAULT_LAST_K) -> List[Lis
                 line += [""] * len(statistics)
             else:
                 stats = g.stats(last_k)
-                line += [format_cell(stats[f"{s.name}_mean"], stats[f"{s.name}_std"], len(g.runs))
+                line += [format_cell(stats[f"{s.name}_mean"], stats[f"{s.name}_std"], len(g.runs), s.percent)
                          for s in statistics]
         out.append(line)
     return out

@@ -1,7 +1,8 @@
 """A run's per-round series as a CSV next to its ``.h5``, for spreadsheets and pandas.
 
 One row per round; the evaluation series (``rs_test_acc``, ``rs_val_acc``, ``rs_after_test_acc`` ...) fill
-the rows of the rounds they were evaluated in (every ``-eg`` rounds) and are empty elsewhere. Per-client
+the rows of the rounds they were evaluated in (every ``-eg`` rounds) and are empty elsewhere, and so do
+``-dlg``'s (``rs_dlg_psnr`` ..., every ``-dlgg`` rounds, at the rounds of ``rs_dlg_round``). Per-client
 and per-layer tables (``rs_client_acc``, ``lag_*``) stay in the ``.h5``. The lines before the header start
 with ``#`` and give the flags, the project's git revision and the torch build::
 
@@ -41,10 +42,11 @@ def csv_path(h5_path: Path) -> Path:
 
 def per_round_columns(arrays: Mapping[str, np.ndarray]) -> dict:
     """``{column: values by round}``: ``round``, then ``rs_round_time`` and every 1-D evaluation series
-    placed at its evaluation rounds (NaN elsewhere)."""
+    placed at its evaluation rounds (NaN elsewhere), ``-dlg``'s at its attacked rounds."""
     rounds_done = len(arrays.get("rs_round_time", []))
     eval_rounds = np.asarray(arrays.get("rs_eval_round", []), dtype=int)
-    last = max([rounds_done - 1] + ([int(eval_rounds.max())] if eval_rounds.size else []))
+    dlg_rounds = np.asarray(arrays.get("rs_dlg_round", []), dtype=int)
+    last = max([rounds_done - 1] + [int(r.max()) for r in (eval_rounds, dlg_rounds) if r.size])
     columns = {"round": np.arange(last + 1)}
     times = np.full(last + 1, np.nan)
     times[:rounds_done] = np.asarray(arrays.get("rs_round_time", []), dtype=float)
@@ -56,6 +58,10 @@ def per_round_columns(arrays: Mapping[str, np.ndarray]) -> dict:
         if len(values) == len(eval_rounds) and name.startswith(("rs_test", "rs_train", "rs_val", "rs_after")):
             column = np.full(last + 1, np.nan)
             column[eval_rounds] = values
+            columns[name] = column
+        elif name.startswith("rs_dlg_") and name != "rs_dlg_round" and len(values) == len(dlg_rounds):
+            column = np.full(last + 1, np.nan)
+            column[dlg_rounds] = values
             columns[name] = column
     return columns
 

@@ -37,11 +37,12 @@ class TensorBoardLog:
     def add_round(self, rnd: int, history: Mapping[str, Sequence]) -> None:
         """The last value of each scalar series that round ``rnd`` recorded."""
         evaluated = bool(history.get("rs_eval_round")) and history["rs_eval_round"][-1] == rnd
+        attacked = bool(history.get("rs_dlg_round")) and history["rs_dlg_round"][-1] == rnd  # -dlg's rounds
         for name, values in history.items():
-            if not values or name == "rs_eval_round" or not isinstance(values[-1], (int, float)):
+            if not values or name in ("rs_eval_round", "rs_dlg_round") or not isinstance(values[-1], (int, float)):
                 continue
-            if name == "rs_round_time" or (evaluated and name.startswith(("rs_test", "rs_train", "rs_val",
-                                                                          "rs_after"))):
+            evaluation = evaluated and name.startswith(("rs_test", "rs_train", "rs_val", "rs_after"))
+            if name == "rs_round_time" or evaluation or (attacked and name.startswith("rs_dlg_")):
                 self.writer.add_scalar(name, float(values[-1]), rnd)
         self.writer.flush()
 

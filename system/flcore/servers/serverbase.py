@@ -38,6 +38,8 @@ from flcore.config_fields import ConfigField
 from flcore.exchange import ClientUpdate, TensorSpec, magnitude_limit, tensor_spec, update_problem
 from flcore.executors.sequential import SequentialExecutor
 from flcore.lag.settings import LagSettings
+from flcore.privacy.leakage import LeakageEvaluation
+from flcore.registry import uploads_parameters
 from flcore.state import check_server_state, export_attrs, import_attrs
 from utils import progress
 from utils.client_data import client_splits
@@ -92,6 +94,8 @@ class Server:
         self.state_store = store if store is not None else ClientStateStore()  # what clients own
         self.clients: List[Client] = self.set_clients(range(self.num_clients))
         self.sim_time = SimulatedTime(config, self.num_clients)  # -tsr, -ssr, -ts, -tth (draws on its own streams)
+        # -dlg (draws on its own streams); a method whose clients upload no parameters has nothing to attack.
+        self.leakage = LeakageEvaluation(config, active=config.dlg_eval and uploads_parameters(config.algorithm))
         self.executor = SequentialExecutor()  # the run puts --executor's in place for the rounds' duration
         self.new_clients: List[Client] = []
         self.selected_clients: List[Client] = []
@@ -330,6 +334,30 @@ class Server:
 
     def end_round(self, rnd: int) -> None:
         """Extra per-round server step (after aggregation); nothing by default."""
+
+    # ----- privacy evaluation (-dlg) -------------------------------------------------------------
+    def leakage_due(self) -> bool:
+        """Whether ``-dlg`` attacks this round's uploads (every ``-dlgg`` rounds, round 0 included)."""
+        return self.leakage.due(self.current_round)
+
+    def remember_payloads(self) -> None:
+        """Right after :meth:`send_models`, in a round :meth:`leakage_due`: what each selected client was sent,
+        the start the attacker assumes (:mod:`flcore.privacy.leakage`)."""
+        with self.sending():  # the clients that were sent the same tensors share one copy of them
+            self.leakage.remember({client.id: self.payload(client.id) for client in self.selected_clients})
+
+    def evaluate_leakage(self) -> str:
+        """After :meth:`receive_models`, in a round :meth:`leakage_due`: attack every upload received, record
+        ``rs_dlg_round``, ``rs_dlg_psnr``, ``rs_dlg_ssim``, ``rs_dlg_batches``, ``rs_dlg_tensors`` and
+        ``rs_dlg_seen``, and return the round's line. Reads only the uploads, the global model and the
+        clients' training data; changes none of them."""
+        progress.current().begin("DLG attack", len(self.uploads))
+        leakage = self.leakage.attack_round(self.current_round, self.global_model, self.client_class.shared_path,
+                                            self.uploads, {c.id: c.train_data for c in self.clients})
+        for name, value in (("round", self.current_round), ("psnr", leakage.psnr), ("ssim", leakage.ssim),
+                            ("batches", leakage.batches), ("tensors", leakage.tensors), ("seen", leakage.seen)):
+            self.record(f"rs_dlg_{name}", value)
+        return leakage.line(self.current_round, len(self.uploads))
 
     def finish(self) -> None:
         """Extra step after the last round (e.g. FedBABU's fine-tuning); nothing by default."""
