@@ -12,7 +12,9 @@
    within groups), medians over the rounds as fractions of the median round. ``--groups`` runs it with
    ``--lag_share groups`` (scoring, profiles, grouping and the averages within groups), and ``--data`` /
    ``--clients`` another split, e.g.
-   ``--data Digits-iid-lg4 --clients 40 --groups`` (the embedded concept shift, where a round is shortest).
+   ``--data Digits-iid-lg4 --clients 40 --groups`` (the embedded concept shift, where a round is shortest);
+   ``--check`` runs ``--lag_share check`` and times the selected clients' checks (three evaluations of
+   their held-out data per personal layer: client work the server's simulation runs, not the server's).
 4. With ``--groups``: the grouping alone (profiles of a FedAvgCNN head, average linkage) against the
    number of clients.
 """
@@ -119,12 +121,14 @@ def grouping_scaling() -> None:
         print(f"{clients:>8}{best_time(one_round):>10.4f}")
 
 
-def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, rounds: int = 8) -> None:
+def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, rounds: int = 8,
+                check: bool = False) -> None:
     """A real FedLAG run (every client uploading every round), each part of LAG's server work timed in
     every round; medians over the rounds, against the median round (``rs_round_time``: selection to the
     end of aggregation, evaluation included)."""
     import statistics
 
+    import flcore.lag.checked_copies as checked_copies
     import flcore.lag.mixin as mixin
     import flcore.lag.sharing as sharing
     import flcore.lag.updates as updates
@@ -135,7 +139,9 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     flags = ["-algo", "FedLAG", "-data", data, "-nc", str(clients), "-m", "CNN", "-gr", str(rounds - 1),
              "-dev", "cpu", "--threads", str(torch.get_num_threads()),
              "-go", "bench", "--results_dir", tempfile.mkdtemp()]
-    config, _ = prepare(parse_args(flags + (["--lag_share", "groups"] if groups else [])))
+    share = (["--lag_share", "check", "--val_ratio", "0.2"] if check else
+             ["--lag_share", "groups"] if groups else [])
+    config, _ = prepare(parse_args(flags + share))
     server = build_server(config)
     calls: dict = {}
     # (owner, function, what it is timed as): the mixin's broadcast less the base broadcast inside it is
@@ -143,7 +149,7 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     timed = [(mixin.LayerConflictMixin, "send_models", "send"), (Server, "send_models", "base send"),
              (updates.UpdateMatrix, "collect", "write updates"),
              (updates, "layer_evidence_in_spans", "scoring"), (sharing.GroupSharing, "regroup", "grouping"),
-             (sharing.GroupSharing, "share", "sharing")]
+             (sharing.GroupSharing, "share", "sharing"), (checked_copies.CheckedCopies, "check", "check")]
     originals = [getattr(owner, name) for owner, name, _ in timed]
 
     def timing(original, part):
@@ -160,10 +166,13 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     finally:
         for (owner, name, _), original in zip(timed, originals):
             setattr(owner, name, original)
-    start_held = [a - b for a, b in zip(calls.pop("send"), calls.pop("base send"))]
+    # The mixin's send runs the clients' checks (--lag_share check) before the base broadcast: not holding starts.
+    checks = calls.get("check", [])
+    start_held = [a - b - (checks[i] if i < len(checks) else 0.0)
+                  for i, (a, b) in enumerate(zip(calls.pop("send"), calls.pop("base send")))]
     parts = {"updates": [a + b for a, b in zip(start_held, calls.pop("write updates"))], **calls}
     round_time = statistics.median(server.history["rs_round_time"])
-    print(f"\nFedLAG{' --lag_share groups' if groups else ''} on {data}/CNN, {clients} clients, {rounds} rounds "
+    print(f"\nFedLAG{' ' + ' '.join(share) if share else ''} on {data}/CNN, {clients} clients, {rounds} rounds "
           f"(medians over the rounds): a round {round_time:.2f} s")
     medians = {part: statistics.median(values) for part, values in parts.items()}
     for part, value in medians.items():
@@ -177,6 +186,8 @@ def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--round-share", action="store_true")
     cli.add_argument("--groups", action="store_true", help="--lag_share groups: its cost and the grouping's scaling")
+    cli.add_argument("--check", action="store_true", help=(
+        "with --round-share: --lag_share check --val_ratio 0.2, the clients' checks timed as a part"))
     cli.add_argument("--data", default="MNIST")
     cli.add_argument("--clients", type=int, default=20)
     cli.add_argument("--threads", type=int, default=1, help="intra-op threads (ratios on a shared machine: 1)")
@@ -187,7 +198,7 @@ def main() -> None:
     if opts.groups:
         grouping_scaling()
     if opts.round_share:
-        round_share(opts.data, opts.clients, opts.groups)
+        round_share(opts.data, opts.clients, opts.groups, check=opts.check)
 
 
 if __name__ == "__main__":

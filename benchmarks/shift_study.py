@@ -64,10 +64,12 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "LG-FedAvg": ("LG-FedAvg", (), "base"),
     "FedBN (CNN-BN)": ("FedBN", ("-m", "CNN-BN"), "bn"),
     "IFCA": ("IFCA", (), "base"),
+    "IFCA shared base": ("IFCA", ("--ifca_share_base",), "sharebase"),
     "CFL": ("CFL", (), "base"),
     "FedLAG default": ("FedLAG", (), "default"),
     "FedLAG random K": ("FedLAG", ("--lag_schedule", "random"), "random"),
     "FedLAG groups": ("FedLAG", ("--lag_share", "groups"), "groups"),
+    "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.2"), "check"),
 }
 
 
@@ -148,6 +150,16 @@ def personal_layers(runs: List[dict]) -> str:
     return ", ".join(f"{name} {n}/{len(runs)}" for name, n in counts.most_common()) or "none"
 
 
+def copies_taken(runs: List[dict]) -> str:
+    """``--lag_share check``: the share of (client, personal layer) pairs on each copy at the end."""
+    taken = np.concatenate([np.asarray(a["lag_copies"][-1]).ravel() for a in runs if len(a["lag_copies"])])
+    taken = taken[taken >= 0]
+    if not taken.size:
+        return ""
+    shares = np.bincount(taken, minlength=3) / taken.size
+    return "; copies " + " / ".join(f"{name} {100 * v:.0f}%" for name, v in zip(("own", "group", "all"), shares))
+
+
 def complete_run(path: Path) -> Optional[dict]:
     """The arrays of the run at ``path`` if it finished, else None (absent or interrupted)."""
     if not path.is_file():
@@ -178,6 +190,7 @@ def table(opts) -> str:
             n = len(runs)
             best, final, drop = (list(v) for v in zip(*(run_stats(a["rs_test_acc"]) for a in runs)))
             layers = personal_layers(runs) if "lag_personal" in runs[0] else ""
+            layers += copies_taken(runs) if "lag_copies" in runs[0] else ""
             found = [final_groups(a) for a in runs]
             ari = (cell([adjusted_rand(g) for g in found if g is not None], n)
                    if shift != "label" and any(g is not None for g in found) else "")

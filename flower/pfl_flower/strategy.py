@@ -77,6 +77,9 @@ class FedLagStrategy(FedAvg):
         self.eval_gap = max(int(eval_gap), 1)
         if settings.signal != "delta":
             raise ValueError("the Flower app scores the update theta_after - theta_start (--lag_signal delta)")
+        if settings.share == "check":
+            raise ValueError("lag-share = \"check\" is not in the Flower app yet: a node would have to compare the "
+                             "copies on its held-out data before training; use \"own\" or \"groups\"")
         self.lag = settings
         self.parameter_names = list(parameter_names)
         # The layer choice is the same object LayerConflictMixin uses: same rule, same history.

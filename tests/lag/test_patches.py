@@ -360,8 +360,8 @@ def test_hook_defers_to_own_branches_and_refuses_clearly(tmp_path):
     args = argparse.Namespace(algorithm="FedAvg+LAG")
     took_branch, name, server_class = namespace["run"](args)
     assert took_branch and name == "FedAvg+LAG" and server_class.__name__ == "Plain_LAG"
-    assert [c.__name__ for c in server_class.__mro__[1:]] == ["UpstreamDelivery", "LayerConflictMixin", "Plain",
-                                                              "UpstreamCompat", "Plain", "object"]  # glue named after X
+    assert [c.__name__ for c in server_class.__mro__[1:]] == [
+        "UpstreamDelivery", "LayerConflictMixin", "LagRecords", "Plain", "UpstreamCompat", "Plain", "object"]  # glue named after X
     assert server_class.lag_base.__name__ == "Plain" and issubclass(server_class.lag_base, Plain)
     assert namespace["FedAvg"] is Plain and args.algorithm == "FedAvg+LAG" and type(args.algorithm) is str
     with pytest.raises(SystemExit, match="no branch for 'FedRep'.*FedAvg\\+LAG"):

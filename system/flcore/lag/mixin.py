@@ -20,7 +20,10 @@ object per concern:
   including the personal ones, which initialise clients that never held a copy (new clients). With
   ``--lag_share groups`` the group models are then formed (:class:`~.sharing.GroupSharing`) and held:
   ``personal_payload`` gives each member its groups' models, which the next round's ``send_models``
-  delivers as part of its ``payload``, and ``finish`` delivers those of the last round.
+  delivers as part of its ``payload``, and ``finish`` delivers those of the last round. With
+  ``--lag_share check`` the server also holds its average of each personal layer, and each selected client,
+  before it receives its payload, checks its own copy against its group's and that average on its held-out
+  data (:class:`~.checked_copies.CheckedCopies`): its payload carries the copy it took.
 
 Only tensors the base method uploads (and the client ``shares``) are ranked (``candidates.py``): the base
 method's own personal parts stay personal and count towards K, so FedRep+LAG with K = 1 is FedRep and K = 2
@@ -37,16 +40,16 @@ unchanged.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
 
 from .candidates import TensorNames, candidate_layers, declared_shared_names, own_personal_layers, uploaded_names
-from .client_tensors import model_tensors
+from .checked_copies import CheckedCopies
+from .client_tensors import model_of, model_tensors
 from .conflict import Layer
 from .groups import UpdateProfiles
-from .records import lag_results, lag_state, load_lag_state
+from .records import LagRecords
 from .selector import LayerSelector
 from .settings import LagError, LagSettings
 from .sharing import GroupSharing
@@ -55,7 +58,7 @@ from .updates import UpdateMatrix
 State = Dict[str, torch.Tensor]
 
 
-class LayerConflictMixin:
+class LayerConflictMixin(LagRecords):
     """Keeps, every round, the layers whose client updates conflict most as personal layers."""
 
     lag_base: Optional[type] = None  # the base method's server class
@@ -72,7 +75,8 @@ class LayerConflictMixin:
         super().__init__(*args, **kwargs)
         self.lag: LagSettings = self.lag_settings()
         self.lag_selector: Optional[LayerSelector] = None  # built once the candidate layers are known
-        self.lag_sharing: Optional[GroupSharing] = None    # --lag_share groups, with the selector
+        self.lag_sharing: Optional[GroupSharing] = None    # --lag_share groups or check, with the selector
+        self.lag_check: Optional[CheckedCopies] = None     # --lag_share check: each client's choice of copy
         self.lag_updates = UpdateMatrix()
         self._lag_unscored_before = 0                      # rounds that ended before the layers were known
         self._lag_names: Optional[TensorNames] = None
@@ -104,13 +108,25 @@ class LayerConflictMixin:
         self.lag_selector = LayerSelector(self.lag, candidates, self.lag_method,
                                           own_personal_layers(client, candidates, self.lag.granularity),
                                           seed=int(getattr(getattr(self, "config", None), "seed", 0) or 0))
-        if self.lag.share == "groups":
+        if self.lag.share in ("groups", "check"):
+            if len(self.clients) < 2:
+                raise LagError(f"--lag_share {self.lag.share} shares a layer within groups of clients, and this run "
+                               f"has {len(self.clients)}: give -nc >= 2 or --lag_share own")
             self.lag_sharing = self._lag_new_sharing()
+        if self.lag.share == "check":
+            self.lag_check = self._lag_new_check()
         self._lag_say_notes()
 
     def _lag_new_sharing(self) -> GroupSharing:
         return GroupSharing(len(self.clients), self.lag.group_cosine, self.lag.xi,
                             getattr(self.clients[0], "shared_path", ""))
+
+    def _lag_new_check(self) -> CheckedCopies:
+        if self.lag.check_data == "held_out" and getattr(self.clients[0], "val_data", None) is None:
+            raise LagError("--lag_share check compares copies on data held out of training: give --val_ratio "
+                           "> 0 (e.g. 0.1), or --lag_check_data train")
+        return CheckedCopies(len(self.clients), self.lag.decay, self.lag.margin, self.lag.check_data,
+                             getattr(self.clients[0], "shared_path", ""))
 
     def _lag_say_notes(self) -> None:
         """Print, once each, what the selector wants the user to hear."""
@@ -129,12 +145,24 @@ class LayerConflictMixin:
     def personal_payload(self, client_id: int) -> Optional[State]:
         """With ``--lag_share groups``: a group member's groups' models of the personal layers."""
         own = super().personal_payload(client_id)
-        groups = None if self.lag_sharing is None else self.lag_sharing.payload(client_id)
+        if self.lag_check is not None:
+            groups = self.lag_check.payload(client_id, self.lag_personal, self._lag_tensors_of, self._lag_group_copy)
+        else:
+            groups = None if self.lag_sharing is None else self.lag_sharing.payload(client_id)
         if not groups:
             return own
         return groups if not own else {**own, **groups}
 
+    def _lag_group_copy(self, layer: int, client_id: int) -> Optional[Tuple[int, State]]:
+        return self.lag_sharing.copy_of(layer, client_id, self._lag_tensors_of(layer))
+
+    def _lag_tensors_of(self, layer: int) -> Tuple[str, ...]:
+        return self._lag_with_buffers(self.lag_layers[layer].tensors)
+
     def send_models(self):
+        if self.lag_check is not None:  # the selected clients choose their copies before they receive them
+            self.lag_check.check(self.selected_clients, self.lag_personal, self._lag_tensors_of, self._lag_group_copy,
+                                 self.lag_sharing.members_of, model_tensors, model_of(self.clients[0]))
         if self.lag_sharing is not None and not self._lag_base_delivers_payloads():
             # The base method delivers its own way, leaving the personal layers out: the group models come first.
             self.send_personal_payloads()
@@ -173,6 +201,9 @@ class LayerConflictMixin:
         if self.lag_sharing is not None:
             self.lag_sharing.regroup(self.lag_updates.layer_updates(self.lag_personal, rows),
                                      list(self.lag_updates.scored), self.lag_personal, len(self.lag_layers))
+        if self.lag_check is not None:
+            self.lag_check.choices.keep_layers(self.lag_personal)
+            self.lag_check.choices.end_round(len(self.lag_layers))
         self._lag_say_notes()
 
     def aggregate_parameters(self):
@@ -180,8 +211,11 @@ class LayerConflictMixin:
         if self.lag_sharing is None:
             return
         if self.uploads and self.lag_sharing.history:
-            self.lag_sharing.share(self.lag_personal, lambda layer: self._lag_with_buffers(self.lag_layers[layer].tensors),
+            self.lag_sharing.share(self.lag_personal, self._lag_tensors_of,
                                    lambda i: model_tensors(self.clients[i]), [c.train_samples for c in self.clients])
+            if self.lag_check is not None:
+                self.lag_check.hold_everyones(self.lag_personal, self._lag_tensors_of, {
+                    **dict(self.global_model.named_parameters()), **dict(self.global_model.named_buffers())})
         else:
             self.lag_sharing.clear()
 
@@ -198,42 +232,6 @@ class LayerConflictMixin:
         if self._lag_names is None:
             self._lag_names = TensorNames(self.clients[0])
         return self._lag_names.with_buffers(parameters)
-
-    # ----- state (checkpoints) and results ----------------------------------------------------------------
-    def lag_state(self) -> dict:
-        return lag_state(self.lag, self.lag_selector, self._lag_unscored_before, self.lag_sharing)
-
-    def load_lag_state(self, state: dict) -> None:
-        self.lag_selector, self._lag_unscored_before, self.lag_sharing = load_lag_state(
-            self.lag, state, self.lag_sharing, self._lag_new_sharing)
-        self.lag_updates.forget_layout()  # rebuilt from the layers at the next upload
-
-    def extra_state(self) -> dict:
-        return {**super().extra_state(), "lag": self.lag_state()}
-
-    def get_state(self):
-        state = super().get_state()
-        state["lag"] = self.lag_state()
-        return state
-
-    def set_state(self, state):
-        state = dict(state)
-        self.load_lag_state(state.pop("lag"))
-        super().set_state(state)
-
-    def lag_results(self) -> Dict[str, object]:
-        """The ``lag_*`` arrays for the run's .h5, one row per round (``records.lag_results``)."""
-        return lag_results(self.lag_selector, self._lag_unscored_before, self.lag_sharing)
-
-    def result_arrays(self):
-        arrays = super().result_arrays()
-        arrays.update(self.lag_results())
-        return arrays
-
-    def result_attrs(self):
-        attrs = super().result_attrs()
-        attrs["lag"] = asdict(self.lag)
-        return attrs
 
 
 def with_layer_conflict(server_class: type, name: Optional[str] = None) -> type:

@@ -16,7 +16,8 @@ from utils.flagfields import add_arguments, field_problems, flag, read_namespace
 from .conflict import GRANULARITIES
 
 SCHEDULES = ("smoothed", "every_round", "warmup", "random")
-SHARES = ("own", "groups")
+SHARES = ("own", "groups", "check")
+CHECK_DATA = ("held_out", "train")
 SIGNALS = ("delta", "last_batch")
 # The flags (by dest) that only one schedule reads; every other --lag_* flag applies to all three.
 SCHEDULE_ONLY_FLAGS = {"smoothed": ("lag_decay", "lag_margin"), "every_round": (), "warmup": ("lag_warmup",)}
@@ -66,7 +67,12 @@ class LagSettings:
 
     share: str = flag("--lag_share", default="own", choices=SHARES, run_key="lag-share", help=(
         "own: every client keeps its own copy of a personal layer; groups: a personal layer is averaged "
-        "within each group of clients whose updates of it agree (--lag_group_cosine)"))
+        "within each group of clients whose updates of it agree (--lag_group_cosine); check: each client "
+        "takes, of its own copy, its group's and everyone's, the one of lowest loss on its check data "
+        "(--lag_check_data)"))
+    check_data: str = flag("--lag_check_data", default="held_out", choices=CHECK_DATA, run_key="lag-check-data",
+                           help=("check: the data a client compares copies on: held_out (its --val_ratio "
+                                 "split, never trained on) or train (its training data)"))
     group_cosine: float = flag("--lag_group_cosine", default=0.1, minimum=-1, maximum=1,
                                run_key="lag-group-cosine", help=("groups: two groups of clients merge while the mean cosine of their "
                                      "updates of the layer, over the pairs seen, is above this"))

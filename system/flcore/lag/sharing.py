@@ -104,6 +104,19 @@ class GroupSharing:
         index = int(self.receives[client_id])
         return None if index < 0 else self.parts[index]
 
+    def copy_of(self, layer: int, client_id: int, names: Sequence[str]) -> Optional[Tuple[int, State]]:
+        """``(group, copy)``: the model of ``layer`` (its tensors ``names``, by full name) that ``client_id``'s
+        group holds for the next broadcast, or None while it is alone (or none is held)."""
+        part = self.payload(client_id)
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        if not part or any(n[cut:] not in part for n in names):
+            return None
+        return int(self.history[-1][layer][client_id]), {n: part[n[cut:]] for n in names}
+
+    def members_of(self, layer: int, group: int) -> List[int]:
+        """The clients of ``group`` for ``layer`` in the last round's groups, ids ascending."""
+        return (self.history[-1][layer] == group).nonzero().flatten().tolist() if self.history else []
+
     def _relative(self, tensors: State) -> State:
         cut = len(self.prefix) + 1 if self.prefix else 0
         return {name[cut:]: tensor for name, tensor in tensors.items()}
