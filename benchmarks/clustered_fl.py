@@ -28,11 +28,13 @@ DATASET = "Digits-iid-lg4"
 GROUPS = 4
 SETTING = ("-nc", "40", "-lr", "0.05", "-gr", "100")
 METHODS = {"FedAvg": ("FedAvg", ()), "FedPer": ("FedPer", ()), "IFCA": ("IFCA", ()),
-           "IFCA, weight sharing": ("IFCA", ("--ifca_share_base",)), "CFL": ("CFL", ())}
+           "IFCA, weight sharing": ("IFCA", ("--ifca_share_base",)), "CFL": ("CFL", ()),
+           # The absolute rule with the bounds measured here before the relative rule became the default.
+           "CFL, absolute rule": ("CFL", ("--cfl_rule", "absolute", "--cfl_warmup", "20"))}
 
 
 def goal_of(label: str) -> str:
-    return "sharebase" if "sharing" in label else "clustered"
+    return "sharebase" if "sharing" in label else "absolute" if "absolute" in label else "clustered"
 
 
 def run(label: str, seed: int, data_dir: Path, out: Path) -> dict:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Type
+from typing import ClassVar, Dict, List, Mapping, Optional, Tuple, Type
 
 from utils.flagfields import FLAG, field_problems, flag
 
@@ -75,11 +75,18 @@ class AlgorithmFlags:
                              help="IFCA: cluster models, i.e. the number of client groups assumed")
     ifca_share_base: bool = shared_flag("--ifca_share_base", default=False, help=(
         "IFCA's weight sharing: one base averaged over every cluster's clients, a head per cluster"))
+    cfl_rule: str = shared_flag("--cfl_rule", default="relative", choices=("relative", "absolute"), help=(
+        "CFL's split rule: relative (--cfl_ratio, scale-free) or absolute (the authors' rule: --cfl_eps1, "
+        "--cfl_eps2)"))
+    cfl_ratio: float = shared_flag("--cfl_ratio", default=0.8, help=(
+        "CFL, relative rule: a cluster may split once its clients' mean update is shorter than this times "
+        "the length it would have were their updates orthogonal"))
     cfl_eps1: float = shared_flag("--cfl_eps1", default=0.05, help=(
-        "CFL: a cluster may split once the norm of its clients' mean update is below this (the authors' code: 0.4)"))
+        "CFL, --cfl_rule absolute: a cluster may split once the norm of its clients' mean update is below this "
+        "(the authors' code: 0.4)"))
     cfl_eps2: float = shared_flag("--cfl_eps2", default=0.3, help=(
-        "CFL: ... and some client's update norm is above this (the authors' code: 1.6)"))
-    cfl_warmup: int = shared_flag("--cfl_warmup", default=20, help="CFL: rounds 0 .. warmup-1 never split")
+        "CFL, --cfl_rule absolute: ... and some client's update norm is above this (the authors' code: 1.6)"))
+    cfl_warmup: int = shared_flag("--cfl_warmup", default=5, help="CFL: rounds 0 .. warmup-1 never split")
     cfl_linkage: str = shared_flag("--cfl_linkage", default="complete", choices=("complete", "single"), help=(
         "CFL's bipartition: complete linkage (the authors' code) or single linkage (the smallest largest "
         "similarity across the parts, the paper's stated optimum)"))
@@ -136,6 +143,9 @@ def reads(source: str, meaning: str, *, default: object = None, **bounds) -> dat
 @dataclass(frozen=True)
 class Hyperparameters:
     """What an algorithm takes besides the common flags; this base class is "nothing"."""
+    # Shared flags read only under one value of another of the algorithm's flags: {field: (flag field,
+    # value)}, AlgorithmFlags field names; a run with another value does not read the first flag.
+    read_only_when: ClassVar[Mapping[str, Tuple[str, object]]] = {}
 
     @classmethod
     def from_flags(cls, flags: AlgorithmFlags) -> "Hyperparameters":

@@ -3,7 +3,8 @@
 * :func:`lowest_loss` - which of several cluster models fits a client (IFCA's cluster estimate);
 * :func:`group_averages` - each cluster's sample-weighted average of its own uploads;
 * :func:`update_gram` and what is read from it - CFL's update norms and cosine similarities;
-* :class:`SplitRule` - CFL's test of whether a cluster has reached a point it should split at;
+* :class:`RelativeSplitRule` and :class:`SplitRule` - CFL's tests of whether a cluster has reached a point
+  it should split at (scale-free, the default; the authors' absolute bounds);
 * :func:`bipartition` - CFL's split of a cluster's clients in two.
 
 The servers (``servers/serverifca.py``, ``servers/servercfl.py``) only wire these.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -73,6 +74,21 @@ def max_update_norm(gram: torch.Tensor) -> float:
     return math.sqrt(max(float(gram.diagonal().max()), 0.0))
 
 
+def effective_uploads(num_samples: Sequence[int]) -> float:
+    """``(sum_i n_i)^2 / sum_i n_i^2``: how many uploads the sample-weighted mean amounts to (Kish's effective
+    sample size): the count for equal sample counts, near 1 where one client holds most of the samples."""
+    counts = np.asarray(num_samples, dtype=np.float64)
+    squares = float((counts * counts).sum())
+    return float(counts.sum()) ** 2 / squares if squares > 0 else 0.0
+
+
+def orthogonal_update_norm(gram: torch.Tensor, weights: Sequence[float]) -> float:
+    """``sqrt(sum_i w_i^2 ||dW_i||^2)``: the norm the mean update ``sum_i w_i dW_i`` would have, were the
+    updates mutually orthogonal (what independent updates come close to in many dimensions)."""
+    w = torch.as_tensor(list(weights), dtype=torch.float64, device=gram.device)
+    return math.sqrt(max(float((w * w * gram.diagonal()).sum()), 0.0))
+
+
 def cosine_matrix(gram: torch.Tensor) -> np.ndarray:
     """Cosine similarities of the updates (n x n, float64) from their Gram matrix; an update of norm
     zero has similarity 0 with every other one (and 1 with itself)."""
@@ -91,14 +107,41 @@ class SplitRule:
     stationary point of the cluster's objective (the norm of the mean update is below ``eps1``) that
     is not one for each of them (some client's update norm is above ``eps2``), on the updates of at
     least :data:`MIN_SPLIT_UPLOADS` clients, and not in the first ``warmup`` rounds (0-based rounds
-    ``< warmup``)."""
+    ``< warmup``). Both bounds are absolute: they hold for one model, learning rate and number of local
+    steps. The last two arguments of :meth:`due` are :class:`RelativeSplitRule`'s, not read here."""
     eps1: float
     eps2: float
     warmup: int
 
-    def due(self, rnd: int, uploads: int, mean_norm: float, max_norm: float) -> bool:
+    def due(self, rnd: int, uploads: int, mean_norm: float, max_norm: float,
+            orthogonal_norm: Optional[float] = None, effective: Optional[float] = None) -> bool:
         return (rnd >= self.warmup and uploads >= MIN_SPLIT_UPLOADS
                 and mean_norm < self.eps1 and max_norm > self.eps2)
+
+
+@dataclass(frozen=True)
+class RelativeSplitRule:
+    """:class:`SplitRule` with its two bounds made relative to the clients' own updates: split when the
+    mean update is shorter than ``ratio`` times :func:`orthogonal_update_norm`, the length it would have
+    were the updates orthogonal, on at least :data:`MIN_SPLIT_UPLOADS` :func:`effective_uploads`, and not
+    in the first ``warmup`` rounds.
+
+    Updates that agree make a longer mean than orthogonal ones, independent ones one about as long (the
+    ratio stays near 1 whatever the number of uploads), and only updates that cancel a shorter one: the
+    clients together have little left to move (``eps1``'s stationary point) while each still moves on
+    its own (``eps2``'s). Multiplying every update by a constant (to first order what another learning rate
+    or scale of the weights does) changes neither the ratio nor the decision. Effective uploads, not the
+    count: where one client holds most of the samples, the mean is that client's update and its comparison
+    with the updates says nothing about the others. All updates zero: no split. ``uploads`` and
+    ``max_norm`` are :class:`SplitRule`'s, not read.
+    """
+    ratio: float
+    warmup: int
+
+    def due(self, rnd: int, uploads: int, mean_norm: float, max_norm: float, orthogonal_norm: float,
+            effective: float) -> bool:
+        return (rnd >= self.warmup and effective >= MIN_SPLIT_UPLOADS and orthogonal_norm > 0
+                and mean_norm < self.ratio * orthogonal_norm)
 
 
 # How agglomerative clustering rates two groups: by the least similar cross pair (complete linkage) or

@@ -263,6 +263,10 @@ class IFCAParams(Hyperparameters):
 
 @dataclass(frozen=True)
 class CFLParams(Hyperparameters):
+    read_only_when = {"cfl_ratio": ("cfl_rule", "relative"), "cfl_eps1": ("cfl_rule", "absolute"),
+                      "cfl_eps2": ("cfl_rule", "absolute")}
+    rule: str = reads("cfl_rule", "CFL's split rule")
+    mean_to_orthogonal_below: float = reads("cfl_ratio", "CFL's relative split bound", above=0, maximum=1)
     mean_norm_below: float = reads("cfl_eps1", "CFL's eps1, the bound on the norm of a cluster's mean update",
                                    above=0)
     max_norm_above: float = reads("cfl_eps2", "CFL's eps2, the bound on the largest client update norm",

@@ -1,5 +1,6 @@
-"""CFL: a cluster splits when its clients' mean update vanishes while some client's does not, in two by the
-cosine similarity of their updates; the parts start from the parent's model."""
+"""CFL: a cluster splits when its clients' mean update vanishes while some client's does not (by default
+relative to the clients' own updates, or by the authors' absolute bounds), in two by the cosine similarity of
+their updates; the parts start from the parent's model."""
 import copy
 import itertools
 
@@ -8,21 +9,25 @@ import pytest
 import torch
 
 from flcore.aggregation import named_tensors
-from flcore.clustering import (SplitRule, bipartition, cosine_matrix, largest_cross_similarity, max_update_norm,
-                               mean_update_norm, update_gram)
+from app.build import prepare
+from app.options import parse_args, unused_flag_warnings
+from flcore.clustering import (RelativeSplitRule, SplitRule, bipartition, cosine_matrix, effective_uploads,
+                               largest_cross_similarity, max_update_norm, mean_update_norm, orthogonal_update_norm,
+                               update_gram)
 from flcore.registry import UnknownAlgorithmError, resolve
+from utils.errors import ConfigError
 from utils.result_utils import read_results
-from helpers import (in_use, original_and_restored_twin, play_round, server_for, state_equal, train, train_and_compare,
-                     training_loss_of, results_file)
+from helpers import (cli, in_use, original_and_restored_twin, play_round, server_for, state_equal, train,
+                     train_and_compare, training_loss_of, results_file)
 
 # Every round with at least 3 uploads splits: no warm-up, any mean update is small enough, any client's large.
-ALWAYS_SPLIT = ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")
+ALWAYS_SPLIT = ("--cfl_rule", "absolute", "--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")
 
 
 def gram_of(updates, start=None):
     """The Gram matrix of 2-vectors ``updates``, given as models of two tensors started from ``start``."""
     start = start or {"a": torch.tensor([0.5]), "b": torch.tensor([[-1.0]])}
-    states = [{"a": start["a"] + u[0], "b": start["b"] + u[1]} for u in updates]
+    states = [{"a": start["a"] + float(u[0]), "b": start["b"] + float(u[1])} for u in updates]
     return update_gram(states, start, ["a", "b"])
 
 
@@ -46,6 +51,105 @@ def test_split_rule_on_hand_computed_norms():
     gram = gram_of([(1.0, 0.0), (-1.0, 0.0), (0.0, 0.5), (0.0, -0.5)])
     assert mean_update_norm(gram, [0.25] * 4) == 0.0 and max_update_norm(gram) == 1.0
     assert not rule.due(5, 4, 0.0, 1.0)
+
+
+def norms_of(updates, weights):
+    """What the split rules read of 2-vector updates: mean-update norm, largest update norm, orthogonal norm
+    and effective uploads."""
+    gram = gram_of(updates)
+    return (mean_update_norm(gram, weights), max_update_norm(gram), orthogonal_update_norm(gram, weights),
+            effective_uploads(weights))
+
+
+def test_relative_split_rule_on_hand_computed_norms():
+    rule = RelativeSplitRule(ratio=0.7, warmup=2)
+    quarter = [0.25] * 4
+    # Two opposite pairs: the mean update is 0 while each is orthogonal to its pair's, so the mean would have
+    # sqrt(9 + 9 + 1 + 1) / 4 had they been orthogonal: split (after the warm-up, with 3 uploads or more).
+    norms = norms_of([(3.0, 0.0), (-3.0, 0.0), (0.0, 1.0), (0.0, -1.0)], quarter)
+    assert norms == (0.0, 3.0, pytest.approx(20 ** 0.5 / 4), 4.0)
+    assert rule.due(2, 4, *norms) and rule.due(9, 4, *norms)
+    assert not rule.due(1, 4, *norms)   # in the warm-up
+    # Two clients, or three whose samples make the mean one client's (effective uploads 1.5 for 8:1:1): no split.
+    assert not rule.due(5, 2, *norms_of([(3.0, 0.0), (-3.0, 0.0)], [0.5, 0.5]))
+    lopsided = norms_of([(0.1, 0.0), (-3.0, 0.0), (3.0, 0.0)], [0.8, 0.1, 0.1])  # mean (0.08, 0), ratio 0.19
+    assert lopsided[0] < 0.7 * lopsided[2] and lopsided[3] == pytest.approx(1 / 0.66)
+    assert not rule.due(5, 3, *lopsided)
+    # One pair cancels, the other agrees: the mean (0, 0.5) is exactly as long as orthogonal updates' mean,
+    # sqrt(1 + 1 + 1 + 1) / 4, so no ratio up to 1 splits.
+    norms = norms_of([(1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, 1.0)], quarter)
+    assert norms[0] == norms[2] == 0.5
+    assert not RelativeSplitRule(ratio=1.0, warmup=0).due(5, 4, *norms)
+    # The cancelling pair twice as long: 0.5 against sqrt(10) / 4, a ratio of sqrt(0.4) = 0.632.
+    norms = norms_of([(2.0, 0.0), (-2.0, 0.0), (0.0, 1.0), (0.0, 1.0)], quarter)
+    assert norms[0] / norms[2] == pytest.approx(0.4 ** 0.5)
+    assert rule.due(5, 4, *norms) and not RelativeSplitRule(ratio=0.6, warmup=2).due(5, 4, *norms)
+    # The bound itself: 0.8 x 0.5 = 0.4 is not below 0.4; nor are 3 effective uploads below 3.
+    at = RelativeSplitRule(ratio=0.8, warmup=0)
+    assert not at.due(0, 3, 0.4, 1.0, 0.5, 3.0) and at.due(0, 3, 0.39, 1.0, 0.5, 3.0)
+    assert effective_uploads([120, 120, 120]) == 3.0 and not at.due(0, 3, 0.39, 1.0, 0.5, 2.99)
+    # Nobody moved: nothing to split on.
+    assert not RelativeSplitRule(ratio=1.0, warmup=0).due(3, 4, 0.0, 0.0, 0.0, 4.0)
+
+
+def test_the_relative_rule_does_not_depend_on_the_updates_scale_and_the_absolute_rule_does():
+    relative, absolute = RelativeSplitRule(ratio=0.8, warmup=0), SplitRule(eps1=0.05, eps2=0.3, warmup=0)
+    cancelling = np.array([(1.0, 0.05), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)])  # mean (0, 0.0125)
+    agreeing = np.array([(1.0, 0.2), (0.8, -0.1), (1.1, 0.0), (0.9, 0.1)])     # mean (0.95, 0.05)
+    scales = (1e-3, 0.1, 1.0, 10.0, 1e3)
+    for updates, weights, splits in ((cancelling, [0.25] * 4, True), (agreeing, [0.25, 0.25, 0.3, 0.2], False)):
+        assert [relative.due(1, 4, *norms_of(scale * updates, weights)) for scale in scales] == [splits] * 5
+    # The absolute bounds hold at one scale only: a tenth of the updates is stationary for every client too
+    # (largest norm below eps2), ten times them not stationary for the cluster (mean above eps1).
+    assert [absolute.due(1, 4, *norms_of(scale * cancelling, [0.25] * 4)) for scale in scales] \
+        == [False, False, True, False, False]
+
+
+def test_the_rule_flags(data_dir, tmp_path):
+    """The relative rule by default; the authors' absolute rule by --cfl_rule absolute, with its bounds as
+    given; each rule's flags are named unread under the other."""
+    assert server_for(data_dir, tmp_path / "relative", "-algo", "CFL").rule == RelativeSplitRule(ratio=0.8, warmup=5)
+    absolute = server_for(data_dir, tmp_path / "absolute", "-algo", "CFL", "--cfl_rule", "absolute")
+    assert absolute.rule == SplitRule(eps1=0.05, eps2=0.3, warmup=5)
+    authors = ("--cfl_rule", "absolute", "--cfl_eps1", "0.4", "--cfl_eps2", "1.6", "--cfl_warmup", "20")
+    assert server_for(data_dir, tmp_path / "authors", "-algo", "CFL", *authors).rule == SplitRule(0.4, 1.6, 20)
+    argv = cli(data_dir, tmp_path, "-algo", "CFL", "--cfl_eps1", "0.4", "--cfl_ratio", "0.5")
+    warnings = [w for w in unused_flag_warnings(parse_args(argv), argv) if w.startswith("--cfl")]
+    assert warnings == ["--cfl_eps1 is not read by CFL, so it changes nothing in this run (only --cfl_rule "
+                        "absolute reads it, and this run's is relative)"]
+    argv = cli(data_dir, tmp_path, "-algo", "CFL", *authors, "--cfl_ratio", "0.5")
+    assert [w.split(" is not read")[0] for w in unused_flag_warnings(parse_args(argv), argv)
+            if w.startswith("--cfl")] == ["--cfl_ratio"]
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "1.5"])
+def test_a_ratio_outside_0_1_is_refused_in_one_line(data_dir, tmp_path, value):
+    with pytest.raises(ConfigError) as refused:
+        prepare(parse_args(cli(data_dir, tmp_path, "-algo", "CFL", "--cfl_ratio", value)))
+    assert str(refused.value) == f"--cfl_ratio (CFL's relative split bound) must be in (0, 1], got {float(value)}"
+
+
+def test_the_relative_rule_splits_exactly_where_the_recorded_norms_say(digits_groups_dir, tmp_path):
+    """Every cluster's row of a run on label groups (-jr 1: every member uploads): a split in that round and
+    cluster iff the mean-update norm is below --cfl_ratio times the recorded orthogonal norm, on 3 effective
+    uploads or more."""
+    server = server_for(digits_groups_dir, tmp_path, "-algo", "CFL", "-data", "Digits-iid-lg4", "-nc", "8", "-m",
+                        "DNN", "-jr", "1", "-gr", "4", "--cfl_warmup", "0", "--cfl_ratio", "0.95")
+    train(server)
+    arrays, _ = read_results(results_file(server))
+    norms, orthogonal = arrays["cfl_update_norms"], arrays["cfl_orthogonal_norms"]
+    clusters = arrays["cluster_of_client"]
+    assert len(orthogonal) == len(norms) > 0 and (orthogonal > 0).all()
+    samples = np.array([c.train_samples for c in server.clients])
+    expected = []
+    for (rnd, cluster, _, mean, _), orthogonal_norm in zip(norms, orthogonal):
+        members = samples[clusters[int(rnd)] == cluster]  # each round's clusters, recorded before it trains
+        if effective_uploads(members) >= 3 and mean < 0.95 * orthogonal_norm:
+            expected.append((int(rnd), int(cluster)))
+    assert [(s["round"], s["cluster"]) for s in server.splits] == expected
+    assert 0 < len(expected) < len(norms)
+    assert [s["orthogonal_norm"] for s in server.splits] == [
+        o for (r, c, *_), o in zip(norms, orthogonal) if (int(r), int(c)) in expected]
 
 
 def test_cosines_from_the_gram_matrix_with_a_zero_update():

@@ -288,7 +288,8 @@ def test_fedlag_newcomer_takes_the_average_of_the_personal_layers(data_dir, tmp_
 
 # ----- clustered methods: the cluster model of lowest loss on the newcomer's data ------------------------
 @pytest.mark.parametrize("name,extra", [("IFCA", ("-ncs", "3")),
-                                        ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0"))])
+                                        ("CFL", ("--cfl_rule", "absolute", "--cfl_warmup", "0", "--cfl_eps1", "1e9",
+                                                 "--cfl_eps2", "0"))])
 def test_clustered_methods_give_a_newcomer_the_cluster_model_of_lowest_loss(data_dir, tmp_path, name, extra):
     server, newcomer, _ = trained_with_newcomer(data_dir, tmp_path, name, "-jr", "1", *extra)
     assert len(server.cluster_models) > 1

@@ -36,7 +36,7 @@ SUPPORTED = [
     ("FedRep", ("-pls", "2")), ("FedBN", ()), ("FedProx", ("-mu", "0.1")), ("FedDyn", ()),
     ("FedNTD", ("-bt", "1")), ("FedLC", ()), ("MOON", ("-mu", "1")), ("FedALA", ()), ("FedAS", ()),
     ("FedCAC", ("-bt", "1")), ("FedGH", ()), ("FedFomo", ()), ("IFCA", ("-ncs", "2")),
-    ("CFL", ("--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")),
+    ("CFL", ("--cfl_rule", "absolute", "--cfl_warmup", "0", "--cfl_eps1", "1e9", "--cfl_eps2", "0")),
     ("FedMTL", ()),
     ("FedRep+LAG", ("--lag_top_k", "2")), ("FedProx+LAG", ("-mu", "0.1")),
     ("FedGC", ()), ("FedPCL", ()), ("FedCross", ("-jr", "1")),
