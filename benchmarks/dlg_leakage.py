@@ -17,7 +17,6 @@ at the end of round 0, so rounds 1-2 show what keeping it changes. Runs are skip
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from run_jobs import run_jobs  # noqa: E402
 from utils.result_utils import read_results, result_path  # noqa: E402
 
 GENERATORS = {"MNIST": "generate_MNIST.py", "Cifar10": "generate_Cifar10.py"}
@@ -168,9 +169,7 @@ def main() -> None:
         sources = {"MNIST": opts.mnist_source, "Cifar10": opts.cifar10_source}
         folders = [ensure_dataset(d, sources[d], opts.images, opts.data_dir) for d in GENERATORS]
         jobs: List[tuple] = [(folder, label, opts) for folder in folders for label in opts.methods]
-        with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
-            for message in pool.map(run_one, jobs):
-                print(message, flush=True)
+        run_jobs(run_one, jobs, opts.jobs)
     text = table(opts)
     (opts.out / "table.md").write_text(
         f"DLG's reconstructions of the one training image of each attacked client (4 a round, rounds 0-2: 12 "

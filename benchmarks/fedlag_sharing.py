@@ -11,7 +11,7 @@ split is fixed; the seed moves the model's initialisation and the sampling).
 
 Rules: ``FedLAG groups`` shares the personal layer within the groups the update profiles form;
 ``FedLAG check`` lets each client take, of its own copy, its group's and everyone's, the one of lowest loss
-on the 20% of its training data it holds out (``--val_ratio 0.2``); ``FedLAG check (train data)`` makes
+on the 10% of its training data it holds out (``--val_ratio 0.1``); ``FedLAG check (train data)`` makes
 the same check on its training data instead (no data held out, but its own copy was fitted to it).
 
 Per cell: best, final and worst single-round drop after round 5 (PFLlib's sample-weighted accuracy), the
@@ -22,7 +22,6 @@ the adjusted Rand index of the final groups against the true ones (concept shift
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fedlag_stability import cell, run_stats  # noqa: E402
+from run_jobs import run_jobs  # noqa: E402
 from shift_study import adjusted_rand, copies_taken, final_groups  # noqa: E402
 from utils.accuracy_summary import summary_from_arrays  # noqa: E402
 from utils.result_utils import read_results, result_path  # noqa: E402
@@ -50,7 +50,7 @@ SPLITS: Dict[str, Tuple[str, Tuple[str, ...], bool]] = {
 METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedPer": ("FedPer", (), "fedper"),
     "FedLAG groups": ("FedLAG", ("--lag_share", "groups"), "groups"),
-    "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.2"), "check"),
+    "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.1"), "check"),
     "FedLAG check (train data)": ("FedLAG", ("--lag_share", "check", "--lag_check_data", "train"), "checktrain"),
 }
 
@@ -127,9 +127,7 @@ def main() -> None:
     if not args.table_only:
         jobs: List[Tuple] = [(split, label, seed, args.data_dir, args.out) for seed in range(args.seeds)
                              for split in args.splits for label in args.methods]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for message in pool.map(run_one, jobs):
-                print(message, flush=True)
+        run_jobs(run_one, jobs, args.jobs)
     (args.out / "table.md").write_text(table(args.out, args.seeds), encoding="utf-8")
     print((args.out / "table.md").read_text(encoding="utf-8"))
 

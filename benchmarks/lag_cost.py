@@ -139,7 +139,7 @@ def round_share(data: str = "MNIST", clients: int = 20, groups: bool = False, ro
     flags = ["-algo", "FedLAG", "-data", data, "-nc", str(clients), "-m", "CNN", "-gr", str(rounds - 1),
              "-dev", "cpu", "--threads", str(torch.get_num_threads()),
              "-go", "bench", "--results_dir", tempfile.mkdtemp()]
-    share = (["--lag_share", "check", "--val_ratio", "0.2"] if check else
+    share = (["--lag_share", "check", "--val_ratio", "0.1"] if check else
              ["--lag_share", "groups"] if groups else [])
     config, _ = prepare(parse_args(flags + share))
     server = build_server(config)
@@ -187,7 +187,7 @@ def main() -> None:
     cli.add_argument("--round-share", action="store_true")
     cli.add_argument("--groups", action="store_true", help="--lag_share groups: its cost and the grouping's scaling")
     cli.add_argument("--check", action="store_true", help=(
-        "with --round-share: --lag_share check --val_ratio 0.2, the clients' checks timed as a part"))
+        "with --round-share: --lag_share check --val_ratio 0.1, the clients' checks timed as a part"))
     cli.add_argument("--data", default="MNIST")
     cli.add_argument("--clients", type=int, default=20)
     cli.add_argument("--threads", type=int, default=1, help="intra-op threads (ratios on a shared machine: 1)")

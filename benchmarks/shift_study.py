@@ -26,7 +26,6 @@ ones. Runs are skipped when their complete ``.h5`` exists, so an interrupted stu
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import os
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from fedlag_stability import DROP_AFTER, cell, run_stats
+from run_jobs import run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "system"), str(REPO)]  # an entry script: the project's packages
@@ -69,7 +69,7 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedLAG default": ("FedLAG", (), "default"),
     "FedLAG random K": ("FedLAG", ("--lag_schedule", "random"), "random"),
     "FedLAG groups": ("FedLAG", ("--lag_share", "groups"), "groups"),
-    "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.2"), "check"),
+    "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.1"), "check"),
 }
 
 
@@ -225,9 +225,7 @@ def main() -> None:
         # Seeds outermost and cheap cells first, so a budget that runs out leaves whole seeds.
         jobs = [(folder, label, jr, seed, opts) for seed in range(opts.seeds)
                 for shift, folder, jr in sorted(cells, key=lambda c: c[2]) for label in opts.methods]
-        with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
-            for message in pool.map(run_one, jobs):
-                print(message, flush=True)
+        run_jobs(run_one, jobs, opts.jobs)
     text = table(opts)
     (opts.out / "table.md").write_text(
         f"{opts.rounds + 1} evaluations (rounds 0..{opts.rounds}), `-lr {opts.lr:g}`, 20 clients, "
