@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from .check import ALL, GROUP, CopyChoice, copy_losses
+from .sharing import relative_to
 
 State = Dict[str, torch.Tensor]
 
@@ -35,7 +36,6 @@ class CheckedCopies:
     def hold_everyones(self, personal: Sequence[int], names_of: Callable[[int], Sequence[str]],
                        global_tensors: State) -> None:
         """After aggregation: keep a copy of the server's average of every personal layer."""
-        self.choices.keep_layers(personal)
         self.everyone = {n: global_tensors[n].detach().clone() for layer in personal for n in names_of(layer)}
         self._payloads = {}
 
@@ -49,17 +49,15 @@ class CheckedCopies:
         ``tensors_of(client)`` by full name (read, never written), through ``functional_call``."""
         if not self.everyone:
             return  # nothing aggregated yet: every client has only its own copy
-        self.choices.keep_layers(personal)
+        everyones = {layer: {n: self.everyone[n] for n in names_of(layer)} for layer in personal}
         for client in clients:
             data = client.val_data if self.data == "held_out" else client.train_data
             if data is None or len(data) == 0:
                 continue
             held = tensors_of(client)
             for layer in personal:
-                names = names_of(layer)
                 group = group_of(layer, client.id)
-                copies = [held, None if group is None else {**held, **group[1]},
-                          {**held, **{n: self.everyone[n] for n in names}}]
+                copies = [held, None if group is None else {**held, **group[1]}, {**held, **everyones[layer]}]
                 pool = () if group is None else members_of(layer, group[0])
                 self.choices.observe(layer, client.id, copy_losses(template, data.eval_batches(), copies), pool)
 
@@ -70,24 +68,22 @@ class CheckedCopies:
         if not self.everyone:
             return None
         key: List[Tuple] = []
+        sources: List[State] = []  # the copy each entry of the key names
         for layer in personal:
             copy = self.choices.of(layer, client_id)
             group = group_of(layer, client_id) if copy == GROUP else None
             if copy == ALL:
                 key.append((layer, ALL))
+                sources.append(self.everyone)
             elif group is not None:
                 key.append((layer, GROUP, group[0]))
+                sources.append(group[1])
         if not key:
             return None
         key = tuple(key)
         if key not in self._payloads:
-            given: State = {}
-            for entry in key:
-                layer, copy = entry[0], entry[1]
-                source = self.everyone if copy == ALL else group_of(layer, client_id)[1]
-                given.update({n: source[n] for n in names_of(layer)})
-            cut = len(self.prefix) + 1 if self.prefix else 0
-            self._payloads[key] = {name[cut:]: t for name, t in given.items()}
+            given = {n: source[n] for (layer, *_), source in zip(key, sources) for n in names_of(layer)}
+            self._payloads[key] = relative_to(self.prefix, given)
         return self._payloads[key]
 
     def state_dict(self) -> dict:

@@ -88,7 +88,7 @@ class GroupSharing:
             key = tuple(signature[client])
             if key not in index_of:
                 index_of[key] = len(self.parts)
-                self.parts.append(self._relative(given[client]))
+                self.parts.append(relative_to(self.prefix, given[client]))
             self.receives[client] = index_of[key]
 
     def clear(self) -> None:
@@ -117,9 +117,6 @@ class GroupSharing:
         """The clients of ``group`` for ``layer`` in the last round's groups, ids ascending."""
         return (self.history[-1][layer] == group).nonzero().flatten().tolist() if self.history else []
 
-    def _relative(self, tensors: State) -> State:
-        cut = len(self.prefix) + 1 if self.prefix else 0
-        return {name[cut:]: tensor for name, tensor in tensors.items()}
 
     # ----- state (checkpoints) and results ----------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -147,6 +144,12 @@ class GroupSharing:
         rows = [torch.full((num_layers, self.num_clients), -1, dtype=torch.int64)] * unscored_before
         rows += self.history
         return torch.stack(rows) if rows else torch.zeros((0, num_layers, self.num_clients), dtype=torch.int64)
+
+
+def relative_to(prefix: str, tensors: State) -> State:
+    """``tensors`` by full name, renamed relative to the module at ``prefix`` (the clients' shared module)."""
+    cut = len(prefix) + 1 if prefix else 0
+    return {name[cut:]: tensor for name, tensor in tensors.items()}
 
 
 def _only(tensors: State, names: Sequence[str]) -> State:
