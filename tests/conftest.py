@@ -18,6 +18,15 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 
+@pytest.fixture(autouse=True)
+def one_free_core(monkeypatch):
+    """Runs see a machine with one free core, so ``--executor auto`` stays in one process whatever else the
+    machine (or pytest's other workers) happens to be doing; tests of worker processes ask for them."""
+    import app.run
+    from app.cores import Cores
+    monkeypatch.setattr(app.run, "machine_cores", lambda: Cores(1, 0.0))
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray for the module's tests (skipped where Ray is not installed); shut down if started here."""

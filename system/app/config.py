@@ -26,7 +26,7 @@ from utils.paths import DATASET_DIR
 from utils.seeding import MAX_SEED
 from utils.sizes import size_flag
 
-EXECUTORS = ("sequential", "ray", "batched")
+EXECUTORS = ("auto", "sequential", "processes", "ray", "batched")
 
 
 def memory_budget(text: str) -> str:
@@ -168,15 +168,21 @@ class RunConfig:
                                  help="write a checkpoint every N rounds under <results>/checkpoints/ (0 = never)")
     resume: bool = flag("-rs", "--resume", default=False,
                         help="continue from the newest checkpoint of the same run (same flags)")
-    executor: str = flag("--executor", default="sequential", choices=EXECUTORS, help=(
-        "how selected clients train: one after another, in parallel on Ray workers, or batched: together, "
-        "one vmapped step for all (plain-SGD algorithms; equal to sequential up to float rounding)"))
+    executor: str = flag("--executor", default="auto", choices=EXECUTORS, help=(
+        "how clients train and are evaluated: auto (worker processes of this machine where cores are free "
+        "and clients are large enough to pay, else one after another; the run's first lines say which), "
+        "sequential (one after another in this process), processes (--workers processes of this machine), "
+        "ray (Ray workers, here or on a cluster), or batched: together, one vmapped step for all "
+        "(plain-SGD algorithms; equal to sequential up to float rounding). Every executor but batched "
+        "gives the same bits"))
     batch_clients: int = flag("--batch_clients", default=0, minimum=0,
                               help="--executor batched: clients trained together per group (0 = all of the round's, "
                                    "but a convolutional model on a CPU trains one at a time, faster there)")
     ray_address: str = flag("--ray_address", default="",
                             help="Ray cluster to join: 'auto' or host:port (default: empty, which starts a local Ray)")
-    workers: int = flag("--workers", default=2, minimum=1, help="Ray workers (actors)")
+    workers: int = flag("--workers", default=0, minimum=0, help=(
+        "worker processes (--executor auto or processes) or Ray workers; 0 = as many as cores are free "
+        "(Ray: 2)"))
     gpus_per_worker: float = flag("--gpus_per_worker", default=0.0, minimum=0, help="GPUs reserved per Ray worker")
     ray_timeout: float = flag("--ray_timeout", default=600.0, minimum=0, help=(
         "seconds to wait for the next client back from the Ray workers before the run stops (results so far "

@@ -26,9 +26,11 @@ import torch
 
 from app.checkpoints import Checkpoints
 from app.config import EXECUTORS, RunConfig
+from app.cores import ExecutorChoice, auto_executor, machine_cores
 from app.stop_signals import exit_status, signal_of, stop_signals_deferred, stop_signals_raise
 from flcore.clients.clientbase import DivergenceError
 from flcore.clients.spill_files import StoreError
+from flcore.executors.process_pool import ProcessExecutor, draws_global_randomness
 from flcore.executors.ray_cluster import RayExecutor
 from flcore.executors.sequential import SequentialExecutor
 from utils.accuracy_summary import AccuracySummary, summary_from_arrays
@@ -51,16 +53,40 @@ def run_results_file(config: RunConfig, run: int) -> Path:
 
 
 def make_executor(server, config: RunConfig):
-    """The executor ``--executor`` names, for ``server``'s clients."""
-    kind = config.executor
+    """The executor ``--executor`` names, for ``server``'s clients (``auto``: :mod:`app.cores` decides, and
+    the choice is printed)."""
+    kind, workers = config.executor, config.workers
+    if kind == "auto":
+        choice = auto_choice(server, config)
+        print(f"clients: {describe_choice(choice)}")
+        kind, workers = choice.kind, choice.workers
     if kind == "sequential":
         return SequentialExecutor(keep_gradients=server.upload_needs_gradients())
+    if kind == "processes":
+        if draws_global_randomness(server.global_model):
+            print(f"note: -m {config.model}'s dropout masks come from each worker process's own generator, so "
+                  f"results differ from one process's (--executor sequential)")
+        return ProcessExecutor(server, workers or machine_cores().free)
     if kind == "ray":
-        return RayExecutor(server, config.workers, config.ray_address, config.gpus_per_worker, config.ray_timeout)
+        return RayExecutor(server, workers or 2, config.ray_address, config.gpus_per_worker, config.ray_timeout)
     if kind == "batched":
         from flcore.executors.vmapped import BatchedExecutor  # torch.func only when asked for
         return BatchedExecutor(server, config.batch_clients)
     raise ValueError(f"unknown executor {kind!r}; choose one of {', '.join(EXECUTORS)}")
+
+
+def auto_choice(server, config: RunConfig) -> ExecutorChoice:
+    """``--executor auto`` for ``server``'s run on this machine as it is now."""
+    train = [client.train_samples for client in server.clients]
+    return auto_executor(machine_cores, server.num_join_clients, sum(train) / len(train) * config.local_epochs,
+                         str(server.device), draws_global_randomness(server.global_model), config.workers)
+
+
+def describe_choice(choice: ExecutorChoice) -> str:
+    if choice.kind == "processes":
+        return (f"{choice.workers} worker processes, one thread each ({choice.reason}; the same results as "
+                f"one process, --executor sequential)")
+    return f"one after another in this process ({choice.reason})"
 
 
 class WriteFailed(RunError):

@@ -8,6 +8,7 @@ import torch
 
 import app.run
 from flcore.aggregation import named_tensors
+from flcore.executors.client_worker import ClientWorker, worker_arguments
 from flcore.executors.sequential import SequentialExecutor
 from flcore.executors.shipping import SharedTable, ship, train_shipped
 from flcore.registry import valid_names
@@ -97,29 +98,49 @@ def test_shared_tensors_travel_once_per_round_and_own_ones_with_their_client(dat
     assert base and all(any(v is t for t in table.tensors) for v in base.values())
 
 
-class TrainedElsewhere(SequentialExecutor):
-    """Trains each client as a Ray worker does (:func:`trained_elsewhere`), and brings back only its state
-    and its update (evaluation in this process, as there)."""
+class Elsewhere(SequentialExecutor):
+    """Trains and evaluates each client as a worker process or a Ray actor does - a
+    :class:`ClientWorker` given a pickled copy of the batch's table, the client shipped without its data -
+    but in this process, so that every algorithm is cheap to check; brings back only each client's state
+    and update, or its evaluation."""
+
+    def __init__(self, server):
+        super().__init__()
+        self.worker, self.key = ClientWorker(*worker_arguments(server)), 0
+
+    def _shipped(self, clients):
+        table, packed = ship(clients)
+        self.key += 1
+        self.worker.hold(self.key, pickle.dumps(table.tensors), pickle.dumps(table.templates))
+        return table, packed
 
     def train(self, clients):
-        results = trained_elsewhere(clients)
+        table, packed = self._shipped(clients)
+        results = [table.loads(self.worker.train(blob, self.key)) for blob in packed]
         for client, (state, _) in zip(clients, results):
             client.set_state(state)
             client.park()
         return [update for _, update in results]
+
+    def evaluate_clients(self, clients, model_of=None):
+        if model_of is not None:  # Ditto's global model: in the server's process, as every executor does
+            return super().evaluate_clients(clients, model_of)
+        _, packed = self._shipped(clients)
+        return [pickle.loads(self.worker.evaluate(blob, self.key)) for blob in packed]
 
 
 ELSEWHERE = [name for name in valid_names() if not name.endswith("+LAG")] + ["FedRep+LAG", "FedAS+LAG"]
 
 
 @pytest.mark.parametrize("name", ELSEWHERE)
-def test_every_algorithm_trained_elsewhere_equals_sequential(name, data_dir, tmp_path, monkeypatch):
+def test_every_algorithm_trained_and_evaluated_elsewhere_equals_sequential(name, data_dir, tmp_path, monkeypatch):
     """The contract every executor relies on: a client's declared state and its update carry everything
-    the server reads after training (aggregation, per-round records, evaluation after training)."""
+    the server reads after training (aggregation, per-round records, evaluation after training), and a
+    client's state, shipped, everything its evaluation reads."""
     flags = ("-algo", name, "-nc", "4", "-jr", "0.5", "-gr", "1", "--eval_after_training", *method_flags(name))
     sequential = server_for(data_dir, tmp_path / "sequential", *flags)
     train(sequential)
-    monkeypatch.setattr(app.run, "make_executor", lambda server, config: TrainedElsewhere())
+    monkeypatch.setattr(app.run, "make_executor", lambda server, config: Elsewhere(server))
     elsewhere = server_for(data_dir, tmp_path / "elsewhere", *flags)
     train(elsewhere)
     expected, found = (read_results(results_file(s))[0] for s in (sequential, elsewhere))

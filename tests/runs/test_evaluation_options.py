@@ -9,7 +9,7 @@ import torch
 
 import main
 from helpers import cli, in_use, server_for, train, results_file
-from flcore.executors.ray_cluster import _ClientWorker
+from flcore.executors.client_worker import ClientWorker, worker_arguments
 from reporting.grouping import group_runs
 from reporting.runs import find_runs, load_runs
 from reporting.tables import shown_statistics
@@ -80,12 +80,15 @@ def test_test_accuracy_at_the_first_best_validation_evaluation():
     assert np.isnan(summarize_accuracy([0.5, 0.6], None, validation=[0.1]).test_at_best_val)  # not aligned
 
 
-def test_ray_workers_train_on_the_same_reduced_split(data_dir, tmp_path):
+def test_workers_train_on_the_same_reduced_split(data_dir, tmp_path):
+    """A worker (Ray's or the process pool's) reads each client's data as the server split it."""
     server = server_for(data_dir, tmp_path, "--val_ratio", "0.25")
-    worker = _ClientWorker(server.data_info, "cpu", server.num_classes, 0, False, 1, server.config.val_ratio)
+    worker = ClientWorker(*worker_arguments(server))
     for client in server.clients:
-        train, test = worker._client_data(client.id)
-        assert torch.equal(train.x, client.train_data.x) and torch.equal(test.y, client.test_data.y)
+        shipped = worker._with_data(client.detached())
+        for split in ("train_data", "test_data", "val_data"):
+            theirs, ours = getattr(shipped, split), getattr(client, split)
+            assert torch.equal(theirs.x, ours.x) and torch.equal(theirs.y, ours.y)
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1", "nan"])

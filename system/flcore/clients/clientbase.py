@@ -265,6 +265,13 @@ class Client(ParkingClient):
         self.model.train()
         self.run_epochs(epochs, lambda x, y: self.loss(self.model(x), y))
 
+    def take_data(self, train_data: ClientData, test_data: ClientData,
+                  val_data: Optional[ClientData] = None) -> None:
+        """Give the client its splits as the run reads them from its files: a worker away from the server
+        does, for a client shipped without its data. A client that cuts its own parts from them (FedFomo's
+        validation part) overrides this to cut them as its constructor did."""
+        self.train_data, self.test_data, self.val_data = train_data, test_data, val_data
+
     # ----- metrics ----------------------------------------------------------------------------
     def evaluation_model(self) -> nn.Module:
         """The model whose test accuracy is reported for this client."""

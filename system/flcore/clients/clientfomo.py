@@ -12,7 +12,7 @@ adds them to its affinities. A download identical to ``theta_old`` carries no in
 from __future__ import annotations
 
 import copy
-from typing import AbstractSet, Dict, List, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -60,6 +60,11 @@ class clientFomo(Client):
         # Raw weights of this round's downloads, by client id, read by the server with the upload.
         self.download_weights: Dict[int, float] = {}
         self.kept_own_model = True
+
+    def take_data(self, train_data: ClientData, test_data: ClientData,
+                  val_data: Optional[ClientData] = None) -> None:
+        train_part, self.validation_data = split_validation(train_data)
+        super().take_data(train_part, test_data, val_data)
 
     def upload_extras(self) -> dict:
         """The raw weight this client gave each model it downloaded (the server's affinities grow by them)."""

@@ -5,62 +5,18 @@ import os
 import pickle
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import torch
 from torch import nn
 
 from flcore.clients.clientbase import Client
 from flcore.clients.parked_modules import ModuleTemplate
 from flcore.exchange import ClientUpdate
+from flcore.executors.client_worker import ClientWorker, worker_arguments
 from flcore.executors.sequential import evaluate_in_turn
-from flcore.executors.shipping import SharedTable, ship, train_shipped
+from flcore.executors.shipping import ship
 from utils import progress
-from utils.client_data import load_client_splits
-from utils.datasets import DatasetInfo
 from utils.errors import RunError
 from utils.metrics import ClientEvaluation
 from utils.paths import REPO_ROOT, SYSTEM_DIR
-
-
-class _ClientWorker:
-    """A Ray actor: loads each client's data once, keeps the run's module templates and the round's shared
-    tensors (:mod:`flcore.executors.shipping`), and trains whatever client it is sent against them."""
-
-    def __init__(self, info: DatasetInfo, device: str, num_classes: int, few_shot: int, channels_last: bool,
-                 threads: int, val_ratio: float = 0.0, keep_gradients: bool = False):
-        torch.set_num_threads(threads)
-        self.info, self.device = info, torch.device(device)
-        self.keep_gradients = keep_gradients
-        self.splits = dict(num_classes=num_classes, few_shot=few_shot, channels_last=channels_last,
-                           val_ratio=val_ratio)
-        self.data: Dict[int, tuple] = {}
-        self.templates: list = []
-        self.table: Tuple[int, Optional[SharedTable]] = (-1, None)
-
-    def _client_data(self, client_id: int) -> tuple:
-        """The client's train and test data, split as the server split them (--val_ratio included)."""
-        if client_id not in self.data:
-            train, test, _ = load_client_splits(self.info, client_id, self.device, **self.splits)
-            self.data[client_id] = (train, test)
-        return self.data[client_id]
-
-    def hold(self, round_key: int, tensors: bytes, templates: Optional[bytes]) -> None:
-        """Keep round ``round_key``'s shared tensors (and, when sent, the run's templates) for the clients
-        that follow: Ray runs an actor's calls from one caller in the order they were made."""
-        if templates is not None:
-            self.templates = pickle.loads(templates)
-        self.table = (round_key, SharedTable(pickle.loads(tensors), self.templates))
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def train(self, packed: bytes, round_key: int) -> bytes:
-        """Train the client pickled in ``packed`` against round ``round_key``'s table (:meth:`hold`)."""
-        key, table = self.table
-        if key != round_key:
-            raise RuntimeError(f"a client of round {round_key} reached a worker holding round {key}'s tensors")
-        client = table.loads(packed)
-        client.train_data, client.test_data = self._client_data(client.id)
-        return table.dumps(train_shipped(client, self.keep_gradients))
 
 
 class RayExecutor:
@@ -86,12 +42,8 @@ class RayExecutor:
         self.timeout = timeout
         self.gpus_per_worker = gpus_per_worker
         self.started_here = start_ray(address, timeout)
-        self.actor_class = ray.remote(num_cpus=1, num_gpus=gpus_per_worker)(_ClientWorker)
-        channels_last = server.clients[0].train_data.x.is_contiguous(memory_format=torch.channels_last) \
-            and not server.clients[0].train_data.x.is_contiguous()
-        self.actor_args = (server.data_info, str(server.device), server.num_classes, server.few_shot,
-                           channels_last, torch.get_num_threads(), server.config.val_ratio,
-                           server.upload_needs_gradients())
+        self.actor_class = ray.remote(num_cpus=1, num_gpus=gpus_per_worker)(ClientWorker)
+        self.actor_args = worker_arguments(server)
         self.workers = [self._new_actor() for _ in range(workers)]
         self.templates: List[ModuleTemplate] = []  # every template so far, in the order the workers hold them
         self.round_key = 0
