@@ -1,5 +1,5 @@
 """Seconds per round with one intra-op thread against torch's default (one per core), on a machine left
-alone and beside one busy process per core: the measurements ``--threads``'s default is chosen from.
+alone and beside busy processes (two per core unless ``--busy_per_core``): the measurements ``--threads``'s default is chosen from.
 
     python benchmarks/threads.py                    # both parts; writes results/benchmarks/threads/table.md
     python benchmarks/threads.py --part models      # the model table only
@@ -16,7 +16,7 @@ quickstart: the README's quickstart command in a fresh process, wall time from s
 default thread count (as printed), ``--threads 1`` and ``--threads <cores>`` (torch's default count).
 Beside busy processes, torch's count runs ``-gr 10`` only: a whole run takes tens of minutes there.
 
-"Busy": one ``python -c "while True: pass"`` per core, started by this script at its own niceness and
+"Busy": ``--busy_per_core`` ``python -c "while True: pass"`` per core, started by this script at its own niceness and
 stopped after each measurement.
 """
 from __future__ import annotations
@@ -87,9 +87,9 @@ def busy_cores(count: int) -> Iterator[None]:
 
 
 @contextmanager
-def condition(busy: bool) -> Iterator[None]:
-    if busy:
-        with busy_cores(CORES):
+def condition(spinners: int) -> Iterator[None]:
+    if spinners:
+        with busy_cores(spinners):
             yield
     else:
         yield
@@ -147,12 +147,12 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def model_rows(repeats: int) -> List[str]:
+def model_rows(repeats: int, spinners: int) -> List[str]:
     rows = []
     for setting in SETTINGS:
         cells = []
         for busy in (False, True):
-            with condition(busy):
+            with condition(spinners if busy else 0):
                 timings, load = [], load_average()
                 for threads in (1, CORES):
                     torch.set_num_threads(threads)
@@ -180,14 +180,14 @@ def same_results(results: Path, goal_a: str, goal_b: str) -> bool:
     return all(np.array_equal(a[name], b[name]) for name in ("rs_test_acc", "rs_train_loss", "rs_test_auc"))
 
 
-def quickstart_rows() -> List[str]:
+def quickstart_rows(spinners: int) -> List[str]:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         results = Path(folder)
         quickstart(results, "warmup", ("-gr", "0"))  # builds Digits-iid-lg4 on first use, outside the timing
         for busy in (False, True):
             where = "busy" if busy else "left alone"
-            with condition(busy):
+            with condition(spinners if busy else 0):
                 load = load_average()
                 default = quickstart(results, f"default-{where[:4]}")
                 one = quickstart(results, f"one-{where[:4]}", ("--threads", "1"))
@@ -201,13 +201,14 @@ def quickstart_rows() -> List[str]:
     return rows
 
 
-def header() -> List[str]:
+def header(spinners: int) -> List[str]:
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     return ["# Intra-op threads: one against torch's default (one per core)", "",
             "Command: `python benchmarks/threads.py` (`--part models` or `--part quickstart` for one table).",
             "", f"Machine: {CORES} cores, torch {torch.__version__}; load average before the run {load} "
             "(other jobs share the machine: \"left alone\" means no busy process started by the benchmark). "
-            f"Busy: one `python -c \"while True: pass\"` per core ({CORES}) beside the measurement. Load: the "
+            f"Busy: `python -c \"while True: pass\"`, {spinners // CORES} per core ({spinners}), beside the "
+            "measurement. Load: the "
             "one-minute load average when a condition started.", ""]
 
 
@@ -215,9 +216,11 @@ def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--part", choices=("models", "quickstart", "both"), default="both")
     cli.add_argument("--repeats", type=int, default=3, help="timed training steps per setting and condition")
+    cli.add_argument("--busy_per_core", type=int, default=2, help="spinning processes per core when busy")
     cli.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "threads" / "table.md")
     opts = cli.parse_args()
-    lines = header()
+    spinners = opts.busy_per_core * CORES
+    lines = header(spinners)
     if opts.part in ("models", "both"):
         lines += ["## Seconds per round, from timed steps", "",
                   f"PFLlib's batch {BATCH}, one local epoch per client, evaluation of every client's train and "
@@ -225,14 +228,14 @@ def main() -> None:
                   f"| setting | alone: 1 thread | alone: {CORES} threads | speed-up of {CORES} | load | "
                   f"busy: 1 thread | busy: {CORES} threads | speed-up of {CORES} | load |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        lines += model_rows(opts.repeats)
+        lines += model_rows(opts.repeats, spinners)
         lines.append("")
     if opts.part in ("quickstart", "both"):
         lines += ["## The quickstart, wall seconds from start to exit", "",
                   f"`python system/main.py {' '.join(QUICKSTART)}` (101 rounds), nothing exported.", "",
                   f"| machine | load | as printed | `--threads 1` | as printed / `--threads 1` | `--threads {CORES}` "
                   "(torch's default count) | same results as `--threads 1` |", "|---|---|---|---|---|---|---|"]
-        lines += quickstart_rows()
+        lines += quickstart_rows(spinners)
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(opts.out) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")

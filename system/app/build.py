@@ -9,7 +9,7 @@ import torch
 
 from app.checkpoints import run_checkpoint_folder
 from app.config import RunConfig
-from app.memory import memory_problem, state_budget
+from app.memory import chosen_state_budget, memory_problem, state_memory_line
 from app.options import check_model_name
 from app.run import FederatedRun, run_results_file
 from app.run_status import replacement_note
@@ -119,6 +119,12 @@ def build_server(config: RunConfig, run: int = 0):
     A results name in use by another live run is refused here, before the data is read, and so is a run
     whose models and data cannot fit in the device's free memory (:mod:`app.memory`).
     """
+    return build_server_saying_budget(config, run)[0]
+
+
+def build_server_saying_budget(config: RunConfig, run: int = 0):
+    """:func:`build_server`, and the line that says the memory budget of its clients' own state (the budget
+    comes from what is free at this moment, so the line is made here, from the same figures)."""
     check_unlocked(run_results_file(config, run))
     run_config = config.for_run(run)
     seed_everything(run_config.seed)
@@ -137,9 +143,11 @@ def build_server(config: RunConfig, run: int = 0):
         raise ConfigError(problem)
     # The table of what clients own: the budget from the machine and --state_memory, its files beside the
     # run's checkpoints (a checkpoint names those of spilled clients).
-    store = ClientStateStore(state_budget(model, info, config.num_clients, device, config.state_memory),
-                             run_checkpoint_folder(run_results_file(config, run), run_config) / CLIENT_STATE_FOLDER)
-    return server_class(run_config, hyperparameters(config), run, model, info, store)
+    budget, how = chosen_state_budget(model, info, config.num_clients, device, config.state_memory)
+    folder = run_checkpoint_folder(run_results_file(config, run), run_config) / CLIENT_STATE_FOLDER
+    store = ClientStateStore(budget, folder)
+    server = server_class(run_config, hyperparameters(config), run, model, info, store)
+    return server, state_memory_line(budget, how, folder)
 
 
 def build_run(config: RunConfig, run: int = 0) -> FederatedRun:
@@ -149,7 +157,9 @@ def build_run(config: RunConfig, run: int = 0) -> FederatedRun:
     note = replacement_note(run_results_file(config, run), config.for_run(run))
     if note:
         print(f"note: {note}")
-    federated_run = FederatedRun(build_server(config, run))
+    server, budget_line = build_server_saying_budget(config, run)
+    print(budget_line)
+    federated_run = FederatedRun(server)
     if config.resume:
         note = federated_run.resume()
         if note:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from app.memory import AUTO_SHARE, FLOOR_MODELS
 from flcore.algorithm_flags import AlgorithmFlags
 from flcore.lag.settings import LagSettings
 from flcore.registry import hyperparameters_of
@@ -190,12 +191,15 @@ class RunConfig:
     state_memory: str = flag("--state_memory", default="auto", type=memory_budget, help=(
         "memory for what clients keep of their own (personal models, heads, control variates), e.g. 2G; "
         "beyond it the least recently used clients' state goes to checksummed files under the run's "
-        "checkpoint folder and is read back when used, with the same results (auto = half of what the "
-        "device has free once the models and data are counted)"))
+        "checkpoint folder and is read back when used, with the same results (auto = half of what the device "
+        f"has free once the models and data are counted where every client's state fits there at {FLOOR_MODELS} "
+        f"models' worth each, else 1/{AUTO_SHARE} of it, at least {FLOOR_MODELS} models' worth: clients are drawn "
+        "at random, so keeping a share of all clients' state saves about that share of the reads)"))
     threads: int = flag("--threads", default=0, minimum=0, help=(
-        "torch intra-op threads (0 = OMP_NUM_THREADS when exported, else 1: more threads made no model of this "
-        "project faster and beside other busy processes much slower, see benchmarks/threads.py); results are "
-        "bit-identical only for the same count, recorded in the .h5"))
+        "torch intra-op threads per process (0 = OMP_NUM_THREADS when exported, else 1: free cores go to worker "
+        "processes instead, see --executor; a second thread pays less than a second process and beside busy "
+        "processes slows every operation, see benchmarks/threads.py); results are bit-identical only for the "
+        "same count, recorded in the .h5"))
     # PFLlib's shared algorithm hyper-parameters (-bt, -lam, -mu ...), then FedLAG's --lag_* flags.
     algorithm_flags: AlgorithmFlags = nested(AlgorithmFlags)
     lag: LagSettings = nested(LagSettings)

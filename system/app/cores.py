@@ -7,8 +7,8 @@ machine by a minute. Beside two busy processes per core no core is idle, and the
 process, as fast as it ever was there (``results/benchmarks/threads/``).
 
 Threads stay at one per process whatever is free: a second worker pays more than a second thread (on
-MNIST / CNN, 1.8x against 1.45x on a quiet 2-core machine), and one thread per process gives the same
-bits on every machine, whatever its load when the run started.
+MNIST / CNN on a free 2-core machine, 2.28x against 1.52x a round), and one thread per process gives the
+same bits on every machine, whatever its load when the run started.
 """
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple
 
 # A client must train on at least this many samples a round for a worker process to pay for shipping it
-# there and back (benchmarks/process_pool.py: the quickstart's clients of 17-67 images ran slower on two
-# workers than in one process; MNIST's 20 clients of about 2,600 ran 1.8x faster).
+# there and back (benchmarks/process_pool.py on a free 2-core machine: the quickstart's clients of 17-67
+# images ran no faster on two workers than in one process, 1.01x; MNIST's 20 clients of about 2,600 ran
+# 2.28x faster).
 MIN_SAMPLES_PER_CLIENT = 200
 # An idle fraction of a core this large counts as a free core (a core idle three quarters of the time
 # mostly waits for this run).
@@ -113,8 +114,8 @@ def auto_executor(cores: Callable[[], Cores], clients_per_round: int, samples_pe
         return one_process("the model's dropout draws from torch's global generator, which other processes "
                            "do not share")
     if samples_per_client < MIN_SAMPLES_PER_CLIENT:
-        return one_process(f"clients of {samples_per_client:.0f} samples a round train too quickly to gain "
-                           f"from other processes")
+        return one_process(f"clients of {samples_per_client:.0f} samples a round are too small to gain from "
+                           f"other processes")
     if workers:
         return ExecutorChoice("processes", min(workers, clients_per_round), f"--workers {workers}")
     found = cores()

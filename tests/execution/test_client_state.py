@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import app.memory as memory
 import app.run
 from flcore.aggregation import named_tensors
 from flcore.clients.spill_files import SpillRecord, StoreError
@@ -301,6 +302,22 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
     assert store.files.written > 0 and store.files.read_back > 0
     assert max(seen) <= int(budget) and before_read and max(before_read) <= int(budget)
     assert not store.files.folder.exists()  # a completed run leaves no client-state file
+
+
+def test_a_run_under_the_least_default_budget_spills_with_the_same_results(data_dir, tmp_path, monkeypatch):
+    """Free memory so short that auto keeps only four models' worth (two Ditto clients' state) of six
+    clients': they go to files and come back, and every result equals the run that keeps all in memory."""
+    monkeypatch.setattr(memory, "available_bytes", lambda device: None)  # no limit
+    kept = server_for(data_dir, tmp_path / "kept", "-algo", "Ditto", "-gr", "3", "-jr", "0.5")
+    train(kept)
+    floor = memory.FLOOR_MODELS * memory.model_bytes(kept.global_model)
+    monkeypatch.setattr(memory, "needed_bytes", lambda model, info, clients: 0)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: floor + 1)
+    spilled = server_for(data_dir, tmp_path / "spilled", "-algo", "Ditto", "-gr", "3", "-jr", "0.5")
+    assert spilled.state_store.budget == floor
+    train(spilled)
+    assert spilled.state_store.files.written > 0 and spilled.state_store.files.read_back > 0
+    same_results(spilled, kept)
 
 
 def test_the_budget_must_hold_one_clients_state(data_dir, tmp_path):

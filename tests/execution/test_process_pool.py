@@ -135,7 +135,7 @@ def test_auto_takes_worker_processes_where_cores_are_free_and_clients_large():
     (20, 2600, "cpu", False, 1, "--workers 1"),
     (1, 2600, "cpu", False, 0, "one client trains per round"),
     (20, 2600, "cpu", True, 0, "dropout"),
-    (20, MIN_SAMPLES_PER_CLIENT - 1, "cpu", False, 0, "train too quickly"),
+    (20, MIN_SAMPLES_PER_CLIENT - 1, "cpu", False, 0, "too small to gain"),
 ])
 def test_auto_stays_in_one_process_without_watching_the_machine(clients, samples, device, dropout, workers,
                                                                  reason):
@@ -157,7 +157,7 @@ def test_the_run_says_what_auto_chose(data_dir, tmp_path, capsys, monkeypatch):
     samples = sum(c.train_samples for c in server.clients) / len(server.clients)
     assert type(executor).__name__ == "SequentialExecutor"
     assert capsys.readouterr().out == (f"clients: one after another in this process (clients of {samples:.0f} "
-                                       f"samples a round train too quickly to gain from other processes)\n")
+                                       f"samples a round are too small to gain from other processes)\n")
     monkeypatch.setattr(cores, "MIN_SAMPLES_PER_CLIENT", 1)
     monkeypatch.setattr(app.run, "machine_cores", lambda: Cores(2, 2.0))
     executor = app.run.make_executor(server, server.config)
