@@ -33,7 +33,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import numpy as np
 
@@ -102,20 +102,43 @@ def pfllib_dataset(checkout: Path) -> None:
                 np.savez_compressed(target / source.name, data={"x": arrays["x"], "y": arrays["y"]})
 
 
-def run_pfllib(checkout: Path, condition: str) -> dict:
+def run_pfllib(checkout: Path, condition: str, timeout: Optional[float] = None) -> dict:
+    """PFLlib's own run; stopped after ``timeout`` seconds if given, its seconds per round then from the
+    rounds it finished (round 0 alone if only that one; the time so far, as a lower bound, if none)."""
     flags = SETTINGS["mnist"]
-    command = [sys.executable, "main.py", *flags, "-dev", "cpu"]
+    command = [sys.executable, "-u", "main.py", *flags, "-dev", "cpu"]
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=checkout / "system")
-    wall = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"PFLlib failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    rounds = [float(line.split()[-1]) for line in done.stdout.splitlines() if "time cost" in line and
+    stopped = False
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                   cwd=checkout / "system")
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            stopped = True
+        wall = time.perf_counter() - start
+        log.seek(0)
+        output = log.read()
+    if process.returncode and not stopped:
+        raise SystemExit(f"PFLlib failed:\n{output[-4000:]}")
+    rounds = [float(line.split()[-1]) for line in output.splitlines() if "time cost" in line and
               line.split()[-1].replace(".", "", 1).isdigit()]
-    return {"setting": "mnist", "configuration": "PFLlib (upstream, torch's thread default)", "condition": condition,
-            "load": load, "wall": wall, "per_round": float(np.mean(rounds[1:])), "chose": "", "arrays": None}
+    name = "PFLlib (upstream, torch's thread default)"
+    if len(rounds) > 1:
+        per_round, bound = float(np.mean(rounds[1:])), False
+    elif rounds:
+        per_round, bound = rounds[0], False
+        name += f"; stopped after {wall:.0f} s, round 0 only"
+    else:
+        per_round, bound = wall, True
+        name += f"; stopped after {wall:.0f} s within round 0"
+    return {"setting": "mnist", "configuration": name, "condition": condition, "load": load, "wall": wall,
+            "per_round": per_round, "lower_bound": bound,
+            "chose": "", "arrays": None}
 
 
 def table(runs: List[dict]) -> List[str]:
@@ -126,9 +149,11 @@ def table(runs: List[dict]) -> List[str]:
                      and r["configuration"] == BASE), run_)
         chose = run_["chose"].removeprefix("clients: ") if run_["configuration"] == "default (auto)" else ""
         same = "-" if run_["arrays"] is None else ("yes" if run_["arrays"] == base["arrays"] else "no")
+        more = ">" if run_.get("lower_bound") else ""  # stopped before its first round ended
+        less = "<" if more else ""
         lines.append(f"| {run_['setting']} | {run_['condition']} | {run_['load']:.1f} | {run_['configuration']} | "
-                     f"{run_['wall']:.1f} | {run_['per_round']:.2f} | {base['per_round'] / run_['per_round']:.2f}x | "
-                     f"{same} | {chose} |")
+                     f"{more}{run_['wall']:.1f} | {more}{run_['per_round']:.2f} | "
+                     f"{less}{base['per_round'] / run_['per_round']:.2f}x | {same} | {chose} |")
     return lines
 
 
@@ -139,6 +164,7 @@ def main() -> None:
     cli.add_argument("--configurations", nargs="+", choices=tuple(CONFIGURATIONS), default=list(CONFIGURATIONS))
     cli.add_argument("--busy_per_core", type=int, default=2)
     cli.add_argument("--pfllib", type=Path, help="a checkout of upstream PFLlib, timed on the mnist setting")
+    cli.add_argument("--pfllib_timeout", type=float, help="seconds after which PFLlib's run is stopped")
     cli.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "parallel")
     opts = cli.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="process_pool_"))
@@ -152,7 +178,7 @@ def main() -> None:
                     runs.append(run(setting, name, condition, scratch))
                     print(table(runs)[-1], flush=True)
                 if setting == "mnist" and opts.pfllib:
-                    runs.append(run_pfllib(opts.pfllib, condition))
+                    runs.append(run_pfllib(opts.pfllib, condition, opts.pfllib_timeout))
                     print(table(runs)[-1], flush=True)
     lines = ["# Whole rounds in one process against worker processes", "",
              f"Command: `{' '.join(['python benchmarks/process_pool.py', *sys.argv[1:]])}`", "",

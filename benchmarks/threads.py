@@ -4,6 +4,7 @@ alone and beside busy processes (two per core unless ``--busy_per_core``): the m
     python benchmarks/threads.py                    # both parts; writes results/benchmarks/threads/table.md
     python benchmarks/threads.py --part models      # the model table only
     python benchmarks/threads.py --part quickstart  # the README's quickstart only
+    python benchmarks/threads.py --part models --settings ResNet18 --out /tmp/one-row.md   # one row again
 
 models: for each model and input size the project runs, the time of one local SGD step at PFLlib's batch
 of 10 (cross-entropy, forward, backward, update; convolutional models channels-last, as clients run them)
@@ -147,9 +148,9 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def model_rows(repeats: int, spinners: int) -> List[str]:
+def model_rows(repeats: int, spinners: int, only: Sequence[str] = ()) -> List[str]:
     rows = []
-    for setting in SETTINGS:
+    for setting in [s for s in SETTINGS if not only or any(word in s.label for word in only)]:
         cells = []
         for busy in (False, True):
             with condition(spinners if busy else 0):
@@ -217,6 +218,8 @@ def main() -> None:
     cli.add_argument("--part", choices=("models", "quickstart", "both"), default="both")
     cli.add_argument("--repeats", type=int, default=3, help="timed training steps per setting and condition")
     cli.add_argument("--busy_per_core", type=int, default=2, help="spinning processes per core when busy")
+    cli.add_argument("--settings", nargs="+", default=(), metavar="WORD",
+                     help="only the model rows whose setting names one of these (e.g. ResNet18)")
     cli.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "threads" / "table.md")
     opts = cli.parse_args()
     spinners = opts.busy_per_core * CORES
@@ -228,7 +231,7 @@ def main() -> None:
                   f"| setting | alone: 1 thread | alone: {CORES} threads | speed-up of {CORES} | load | "
                   f"busy: 1 thread | busy: {CORES} threads | speed-up of {CORES} | load |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        lines += model_rows(opts.repeats, spinners)
+        lines += model_rows(opts.repeats, spinners, opts.settings)
         lines.append("")
     if opts.part in ("quickstart", "both"):
         lines += ["## The quickstart, wall seconds from start to exit", "",

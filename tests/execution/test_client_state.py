@@ -203,6 +203,38 @@ def test_room_is_made_from_the_least_recent_entries_never_the_one_asking_nor_one
     assert not store.is_spilled(1)
 
 
+def test_what_a_pending_upload_does_not_hold_spills_and_the_entry_is_whole_again_after_the_round(tmp_path):
+    """SCAFFOLD's case: the upload holds the trained model, c_i is only the client's. Over the budget with
+    every other entry gone, c_i goes to a file while the upload is pending; after the round each entry is
+    in one place again, the least recent spilled whole where the budget cannot take it back."""
+    kb = 4000  # bytes of each tensor (1,000 floats): a file's header is small beside it
+    store = ClientStateStore(budget=10_000, folder=tmp_path)
+    store.uploading([1, 2])
+    entries = {cid: {"module/model/w": torch.full((1000,), float(cid)), "attr/control/w": torch.full((1000,), -float(cid))}
+               for cid in (1, 2)}
+    for cid, values in entries.items():
+        store.put(cid, values)
+    assert store.resident_bytes == 4 * kb and store.uploading_bytes() == 4 * kb  # nothing said yet: all kept
+    store.held_by_upload(1, {entries[1]["module/model/w"].untyped_storage().data_ptr()})
+    kept, record = store.peek(1)
+    assert record is not None and set(store.files.read(record)) == {"attr/control/w"}
+    assert kept["attr/control/w"].device.type == "meta" and kept["module/model/w"] is entries[1]["module/model/w"]
+    assert store.resident_bytes == 3 * kb and store.uploading_bytes() == 3 * kb  # client 2 has said nothing
+    assert store.owned_bytes(1) == record.nbytes + kb  # its file's size, and what stayed
+    store.held_by_upload(2, {entries[2]["module/model/w"].untyped_storage().data_ptr()})
+    assert store.resident_bytes == 2 * kb and store.uploading_bytes() == 2 * kb and store.is_spilled(2)
+    store.uploaded()
+    # Client 1 (least recent): its c_i does not fit beside both models and nothing else may go, so all of it
+    # goes to one file; client 2's c_i then fits beside client 2's model and comes back.
+    _, whole = store.peek(1)
+    assert whole is not None and set(store.files.read(whole)) == set(entries[1])
+    assert store.resident_bytes == 2 * kb and store.owned_bytes(1) == whole.nbytes
+    assert not store.is_spilled(2) and store.owned_bytes(2) == 2 * kb
+    for cid, values in entries.items():
+        back = store.get(cid)
+        assert all(torch.equal(back[key], value) for key, value in values.items())
+
+
 def test_an_entry_is_a_value_the_table_keeps_in_memory_or_in_a_file(tmp_path):
     store = ClientStateStore(budget=100, folder=tmp_path)
     values = {"module/model/head.weight": torch.arange(12.0), "attr/c/w": torch.ones(3)}
@@ -265,8 +297,9 @@ def test_sizes_as_people_write_them():
 @pytest.mark.parametrize("algorithm", ["Ditto", "SCAFFOLD", "FedPer", "Local"])
 def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir, tmp_path, monkeypatch):
     """A budget of about two clients' own state: most clients live in files most of the time. Only the
-    clients whose tensors the round's uploads hold (never spilled: that would free nothing) may take the
-    total over the budget, and the count is what the clients own."""
+    tensors the round's uploads hold (never spilled: that would free nothing) may take the total over the
+    budget, also when the server aggregates: what else a pending client owns (Ditto's personal model,
+    SCAFFOLD's c_i) spills before. The count is what the clients own."""
     kept = server_for(data_dir, tmp_path / "kept", "-algo", algorithm, "-gr", "3", "-jr", "0.5")
     train(kept)
     per_client = max(c.own_bytes() for c in kept.clients)
@@ -285,19 +318,41 @@ def test_a_run_that_spills_equals_one_that_keeps_everything(algorithm, data_dir,
     original_read = store.files.read
 
     def read(record):  # room is made first: what is read back fits beside what stays resident
-        before_read.append(store.resident_bytes - store.uploading_bytes() + record.nbytes)
+        if not completing:
+            before_read.append(store.resident_bytes - store.uploading_bytes() + record.nbytes)
         return original_read(record)
     store.files.read = read
+    completing, spill_rest = [], store._spill_rest
+
+    def complete(client_id):  # an entry that spilled in part goes to a file whole: its part passes through
+        completing.append(client_id)
+        spill_rest(client_id)
+        completing.clear()
+    store._spill_rest = complete
     exact = []
     park_clients = app.run.park_clients
 
     def park_and_count(server):  # after every hook: the count is what the resident clients own now
         park_clients(server)
-        exact.append(store.resident_bytes == sum(c.own_bytes() for c in server.clients
-                                                 if not store.is_spilled(c.id)))
+        exact.append(store.resident_bytes == sum(c.own_bytes() - store.spilled_bytes(c.id) for c in server.clients))
     monkeypatch.setattr(app.run, "park_clients", park_and_count)
+    at_aggregation, partial = [], []
+    aggregate, spill = spilled.aggregate_parameters, store._spill
+
+    def aggregate_and_count():
+        at_aggregation.append(store.resident_bytes - store.uploading_bytes())
+        aggregate()
+
+    def spill_and_count(client_id, keys=None):
+        partial.append(keys is not None)
+        spill(client_id, keys)
+    spilled.aggregate_parameters, store._spill = aggregate_and_count, spill_and_count
     train(spilled)
     assert exact and all(exact)
+    assert at_aggregation and max(at_aggregation) <= int(budget)
+    # What a pending client owns beyond what its upload holds spills before the server aggregates (Local
+    # uploads nothing: its clients are never pending).
+    assert any(partial) == (algorithm != "Local")
     same_results(spilled, kept)
     assert store.files.written > 0 and store.files.read_back > 0
     assert max(seen) <= int(budget) and before_read and max(before_read) <= int(budget)
@@ -459,9 +514,22 @@ def test_a_folder_at_a_checkpointed_files_name_is_named_in_one_line_and_the_run_
     leaves the folder alone and stops, in one line, where it needs the name; once the folder is moved,
     --resume continues from the fresh start's checkpoint to the uninterrupted run's results."""
     from utils.errors import RunError
-    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path)
+    reference, budget, results, folder = killed_spilling_run(data_dir, tmp_path, killed_in=4)
     named = [set(spill_files_of(folder, torch.load(p, weights_only=True))) for p in folder.glob("*.pt")]
-    path = next(iter(set.intersection(*named)))
+    # Of the files both name, the one a fresh start first needs last (the same run elsewhere says when each
+    # is first written): the fresh start then stops on it after a checkpoint of its own.
+    first_written: list = []
+    probe = server_for(data_dir, tmp_path / "probe", *SPILLING, "--state_memory", budget)
+    write = probe.state_store.files.write
+
+    def spy(tensors):
+        record = write(tensors)
+        if record.digest not in first_written:
+            first_written.append(record.digest)
+        return record
+    probe.state_store.files.write = spy
+    train(probe)
+    path = max(set.intersection(*named), key=lambda p: first_written.index(p.name[:64]))
     path.unlink()
     path.mkdir()
     (path / "notes.txt").write_text("someone's")

@@ -28,7 +28,7 @@ moved onto the parked tensors by :meth:`~ParkingClient.release`.
 from __future__ import annotations
 
 import copy
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -168,9 +168,13 @@ class ParkingClient:
     def release(self, update=None):
         """Park, and move ``update``'s tensors (views of the working modules) onto what the client kept."""
         moved = self.park()
-        if update is not None and moved:
-            for part in (update.tensors, update.gradients, update.extras):
-                rebind(part, moved)
+        if update is not None:
+            parts = (update.tensors, update.gradients, update.extras)
+            if moved:
+                for part in parts:
+                    rebind(part, moved)
+            # What else it owns may spill while the upload is pending (the store decides).
+            self._store.held_by_upload(self.id, {t.untyped_storage().data_ptr() for t in _tensors_in(parts)})
         return update
 
     # ----- reading and setting tensors of a parked client -------------------------------------------
@@ -338,6 +342,18 @@ class ParkingClient:
 
     def own_bytes(self) -> int:
         return self._store.owned_bytes(self.id)
+
+
+def _tensors_in(value) -> Iterator[torch.Tensor]:
+    """Every tensor in ``value`` (a tensor, or dicts, lists and tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
 
 
 def _attribute_keys(attr: str, value) -> Tensors:

@@ -9,14 +9,15 @@ personal model, a head, control variates) is an entry of this table, ``{key: ten
 APFL, pFedMe, SCAFFOLD ... it is a model's worth or more per client, which thousands of clients cannot all
 keep in memory. A client puts its entry in when it is parked (most recent last) and takes it out when it is
 used; while the entries in memory are over the budget, the least recently used one goes to a file and
-leaves shape-only (``meta``) stand-ins. The table never calls a client: it holds values. Spilling never
+leaves shape-only (``meta``) stand-ins. A client whose upload is pending keeps in memory what the upload
+holds (spilling it would free nothing); the rest of its entry may go to a file until the round ends. The table never calls a client: it holds values. Spilling never
 changes a value: results are the same with any budget.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import AbstractSet, Dict, FrozenSet, Mapping, Optional, Tuple
 
 import torch
 
@@ -40,6 +41,9 @@ class ClientStateStore:
         self._files: Dict[int, SpillRecord] = {}                      # client id -> the file its entry is in
         self.resident_bytes = 0
         self._uploading: set = set()  # ids of clients whose tensors the round's uploads hold
+        # Of those, the ones whose update told which of their keys it holds: the rest of the entry may spill
+        # while the upload is pending (SCAFFOLD's c_i beside the trained model the upload holds).
+        self._held: Dict[int, FrozenSet[str]] = {}
         self._spilled_since_trim = 0
 
     # ----- the table ----------------------------------------------------------------------------
@@ -51,6 +55,7 @@ class ClientStateStore:
         if record is not None:
             self.files.released(record)
         self.resident_bytes -= self._nbytes.pop(client_id, 0)
+        self._held.pop(client_id, None)  # what its upload holds is known again only when the client says so
         if not tensors:
             self._memory.pop(client_id, None)
             return
@@ -94,8 +99,7 @@ class ClientStateStore:
 
     def owned_bytes(self, client_id: int) -> int:
         """Bytes of client ``client_id``'s entry, in memory or in its file."""
-        record = self._files.get(client_id)
-        return record.nbytes if record is not None else self._nbytes.get(client_id, 0)
+        return self.spilled_bytes(client_id) + self._nbytes.get(client_id, 0)
 
     def is_spilled(self, client_id: int) -> bool:
         return client_id in self._files
@@ -115,13 +119,19 @@ class ClientStateStore:
         if self.budget is None or self.resident_bytes + nbytes <= self.budget:
             return
         # Least recent first. A client whose tensors this round's uploads hold stays: spilling it would write a
-        # file and free nothing until the server has aggregated.
+        # file and free nothing until the server has aggregated. Only then the parts of such entries that no
+        # upload holds go, the least recent first; they come back when the round's uploads are gone.
         while self.resident_bytes + nbytes > self.budget:
             victim = next((cid for cid in self._memory if cid not in self._files and cid not in self._uploading
                            and cid != keep), None)
-            if victim is None:
+            if victim is not None:
+                self._spill(victim)
+                continue
+            pending = next((cid for cid in self._memory if cid in self._held and cid not in self._files
+                            and cid != keep and self._held[cid] != frozenset(self._memory[cid])), None)
+            if pending is None:
                 break
-            self._spill(victim)
+            self._spill(pending, keys=frozenset(self._memory[pending]) - self._held[pending])
         # What the victims held was freed among live blocks, where glibc keeps it (utils/memory_release.py).
         # A trim walks the whole heap, so it waits until a sizeable amount was freed.
         if self._spilled_since_trim >= TRIM_AFTER_BYTES:
@@ -132,22 +142,73 @@ class ClientStateStore:
         """Clients ``client_ids`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
         self._uploading.update(client_ids)
 
+    def held_by_upload(self, client_id: int, storages: AbstractSet[int]) -> None:
+        """Client ``client_id``'s upload holds the tensors on ``storages`` (their storages' addresses): the
+        other keys of its entry may spill before the round's uploads are gone. Clients that never say so keep
+        their whole entry in memory until then."""
+        if client_id not in self._uploading or client_id in self._files:
+            return
+        entry = self._memory.get(client_id, {})
+        self._held[client_id] = frozenset(key for key, t in entry.items()
+                                          if t.untyped_storage().data_ptr() in storages)
+        self.make_room(0)
+
     def uploading_bytes(self) -> int:
-        """What the clients whose tensors the round's uploads hold own in memory (never spilled)."""
-        return sum(self._nbytes.get(cid, 0) for cid in self._uploading if cid not in self._files)
+        """What the round's uploads keep in memory beyond the budget: of each client whose upload said what it
+        holds, those tensors; of every other client whose upload is pending, its whole entry in memory."""
+        total = 0
+        for cid in self._uploading:
+            held = self._held.get(cid)
+            entry = self._memory.get(cid, {})
+            total += (self._nbytes.get(cid, 0) if held is None
+                      else _nbytes({key: t for key, t in entry.items() if key in held}))
+        return total
+
+    def spilled_bytes(self, client_id: int) -> int:
+        """Bytes of client ``client_id``'s entry in its file (0 when none is)."""
+        record = self._files.get(client_id)
+        return record.nbytes if record is not None else 0
 
     def uploaded(self) -> None:
-        """The round's uploads are gone (aggregated): their clients may spill again."""
+        """The round's uploads are gone (aggregated): their clients may spill again, whole. An entry that spilled
+        in part while its upload was pending is made whole again, least recent first (one file per entry, as
+        checkpoints name it): read back where the budget takes it, else written to one file with the rest."""
+        partly = [cid for cid in self._memory if cid in self._held and cid in self._files and self._nbytes.get(cid, 0)]
         self._uploading.clear()
+        self._held.clear()
+        for client_id in partly:  # least recent first
+            self.make_room(self._files[client_id].nbytes, keep=client_id)
+            if self.budget is None or self.resident_bytes + self._files[client_id].nbytes <= self.budget:
+                self._read_back(client_id)
+            else:
+                self._spill_rest(client_id)
 
-    def _spill(self, client_id: int) -> None:
-        tensors = self._memory[client_id]
-        record = self.files.write(tensors)
-        self._memory[client_id] = {key: t.to("meta") for key, t in tensors.items()}
+    def _spill(self, client_id: int, keys: Optional[AbstractSet[str]] = None) -> None:
+        """Client ``client_id``'s entry to a file: all of it, or only ``keys`` (the rest stays in memory)."""
+        entry = self._memory[client_id]
+        going = {key: t for key, t in entry.items() if keys is None or key in keys}
+        record = self.files.write(going)
+        self._memory[client_id] = {key: t.to("meta") if key in going else t for key, t in entry.items()}
         self._files[client_id] = record
-        spilled = self._nbytes.pop(client_id)
+        staying = _nbytes({key: t for key, t in entry.items() if key not in going})
+        spilled = self._nbytes.pop(client_id) - staying
+        if staying:
+            self._nbytes[client_id] = staying
         self.resident_bytes -= spilled
         self._spilled_since_trim += spilled
+
+    def _spill_rest(self, client_id: int) -> None:
+        """A client whose entry spilled in part spills the rest: its file is read and the whole entry written to
+        one file (only the part that was in the file passes through memory)."""
+        record = self._files.pop(client_id)
+        spilled = self.files.read(record)
+        self._memory[client_id] = {key: spilled[key] if t.device.type == "meta" else t
+                                   for key, t in self._memory[client_id].items()}
+        self.files.released(record)
+        back = _nbytes(spilled)
+        self._nbytes[client_id] = self._nbytes.get(client_id, 0) + back
+        self.resident_bytes += back
+        self._spill(client_id)
 
     def _read_back(self, client_id: int) -> None:
         record = self._files[client_id]
@@ -158,6 +219,7 @@ class ClientStateStore:
         self._memory[client_id] = {key: tensors[key] if value.device.type == "meta" else value
                                    for key, value in self._memory[client_id].items()}
         del self._files[client_id]
+        self.resident_bytes -= self._nbytes.get(client_id, 0)  # the part that stayed, counted again below
         self._nbytes[client_id] = _nbytes(self._memory[client_id])
         self.resident_bytes += self._nbytes[client_id]
         self.files.released(record)
@@ -166,6 +228,7 @@ class ClientStateStore:
         """Client ``client_id``'s entry leaves the table (its file, if any, is no longer named by it)."""
         self._memory.pop(client_id, None)
         self.resident_bytes -= self._nbytes.pop(client_id, 0)
+        self._held.pop(client_id, None)
         record = self._files.pop(client_id, None)
         if record is not None:
             self.files.released(record)
