@@ -4,7 +4,7 @@ alone and beside busy processes (two per core unless ``--busy_per_core``): the m
     python benchmarks/threads.py                    # both parts; writes results/benchmarks/threads/table.md
     python benchmarks/threads.py --part models      # the model table only
     python benchmarks/threads.py --part quickstart  # the README's quickstart only
-    python benchmarks/threads.py --part models --settings ResNet18 --out /tmp/one-row.md   # one row again
+    python benchmarks/threads.py --part models --settings ResNet18 --out one-row.md   # one row again, elsewhere
 
 models: for each model and input size the project runs, the time of one local SGD step at PFLlib's batch
 of 10 (cross-entropy, forward, backward, update; convolutional models channels-last, as clients run them)
