@@ -210,8 +210,8 @@ def test_what_a_pending_upload_does_not_hold_spills_and_the_entry_is_whole_again
     kb = 4000  # bytes of each tensor (1,000 floats): a file's header is small beside it
     store = ClientStateStore(budget=10_000, folder=tmp_path)
     store.uploading([1, 2])
-    entries = {cid: {"module/model/w": torch.full((1000,), float(cid)), "attr/control/w": torch.full((1000,), -float(cid))}
-               for cid in (1, 2)}
+    entries = {cid: {"module/model/w": torch.full((1000,), float(cid)),
+                     "attr/control/w": torch.full((1000,), -float(cid))} for cid in (1, 2)}
     for cid, values in entries.items():
         store.put(cid, values)
     assert store.resident_bytes == 4 * kb and store.uploading_bytes() == 4 * kb  # nothing said yet: all kept

@@ -10,8 +10,9 @@ APFL, pFedMe, SCAFFOLD ... it is a model's worth or more per client, which thous
 keep in memory. A client puts its entry in when it is parked (most recent last) and takes it out when it is
 used; while the entries in memory are over the budget, the least recently used one goes to a file and
 leaves shape-only (``meta``) stand-ins. A client whose upload is pending keeps in memory what the upload
-holds (spilling it would free nothing); the rest of its entry may go to a file until the round ends. The table never calls a client: it holds values. Spilling never
-changes a value: results are the same with any budget.
+holds (spilling it would free nothing); the rest of its entry may go to a file until the round ends. The
+table never calls a client: it holds values. Spilling never changes a value: results are the same with any
+budget.
 """
 from __future__ import annotations
 
@@ -173,7 +174,8 @@ class ClientStateStore:
         """The round's uploads are gone (aggregated): their clients may spill again, whole. An entry that spilled
         in part while its upload was pending is made whole again, least recent first (one file per entry, as
         checkpoints name it): read back where the budget takes it, else written to one file with the rest."""
-        partly = [cid for cid in self._memory if cid in self._held and cid in self._files and self._nbytes.get(cid, 0)]
+        partly = [cid for cid in self._memory
+                  if cid in self._held and cid in self._files and self._nbytes.get(cid, 0)]
         self._uploading.clear()
         self._held.clear()
         for client_id in partly:  # least recent first
