@@ -1,5 +1,6 @@
 """Seconds per round with one intra-op thread against torch's default (one per core), on a machine left
-alone and beside busy processes (two per core unless ``--busy_per_core``): the measurements ``--threads``'s default is chosen from.
+alone and beside busy processes (two per core unless ``--busy_per_core``): the measurements ``--threads``'s
+default is chosen from.
 
     python benchmarks/threads.py                    # both parts; writes results/benchmarks/threads/table.md
     python benchmarks/threads.py --part models      # the model table only
@@ -17,8 +18,8 @@ quickstart: the README's quickstart command in a fresh process, wall time from s
 default thread count (as printed), ``--threads 1`` and ``--threads <cores>`` (torch's default count).
 Beside busy processes, torch's count runs ``-gr 10`` only: a whole run takes tens of minutes there.
 
-"Busy": ``--busy_per_core`` ``python -c "while True: pass"`` per core, started by this script at its own niceness and
-stopped after each measurement.
+"Busy": ``--busy_per_core`` ``python -c "while True: pass"`` per core, started by this script at its own
+niceness and stopped after each measurement.
 """
 from __future__ import annotations
 

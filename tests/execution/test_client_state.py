@@ -215,13 +215,13 @@ def test_what_a_pending_upload_does_not_hold_spills_and_the_entry_is_whole_again
     for cid, values in entries.items():
         store.put(cid, values)
     assert store.resident_bytes == 4 * kb and store.uploading_bytes() == 4 * kb  # nothing said yet: all kept
-    store.held_by_upload(1, {entries[1]["module/model/w"].untyped_storage().data_ptr()})
+    store.held_by_upload(1, [entries[1]["module/model/w"]])
     kept, record = store.peek(1)
     assert record is not None and set(store.files.read(record)) == {"attr/control/w"}
     assert kept["attr/control/w"].device.type == "meta" and kept["module/model/w"] is entries[1]["module/model/w"]
     assert store.resident_bytes == 3 * kb and store.uploading_bytes() == 3 * kb  # client 2 has said nothing
     assert store.owned_bytes(1) == record.nbytes + kb  # its file's size, and what stayed
-    store.held_by_upload(2, {entries[2]["module/model/w"].untyped_storage().data_ptr()})
+    store.held_by_upload(2, [entries[2]["module/model/w"]])
     assert store.resident_bytes == 2 * kb and store.uploading_bytes() == 2 * kb and store.is_spilled(2)
     store.uploaded()
     # Client 1 (least recent): its c_i does not fit beside both models and nothing else may go, so all of it

@@ -174,7 +174,7 @@ class ParkingClient:
                 for part in parts:
                     rebind(part, moved)
             # What else it owns may spill while the upload is pending (the store decides).
-            self._store.held_by_upload(self.id, {t.untyped_storage().data_ptr() for t in _tensors_in(parts)})
+            self._store.held_by_upload(self.id, _tensors_in(parts))
         return update
 
     # ----- reading and setting tensors of a parked client -------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import AbstractSet, Dict, FrozenSet, Mapping, Optional, Tuple
+from typing import AbstractSet, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
 import torch
 
@@ -143,12 +143,13 @@ class ClientStateStore:
         """Clients ``client_ids`` are about to train: their uploads will hold their tensors until :meth:`uploaded`."""
         self._uploading.update(client_ids)
 
-    def held_by_upload(self, client_id: int, storages: AbstractSet[int]) -> None:
-        """Client ``client_id``'s upload holds the tensors on ``storages`` (their storages' addresses): the
-        other keys of its entry may spill before the round's uploads are gone. Clients that never say so keep
-        their whole entry in memory until then."""
-        if client_id not in self._uploading or client_id in self._files:
+    def held_by_upload(self, client_id: int, tensors: Iterable[torch.Tensor]) -> None:
+        """Client ``client_id``'s upload holds ``tensors``: the keys of its entry on other storages may spill
+        before the round's uploads are gone. Clients that never say so keep their whole entry in memory until
+        then; without a budget nothing spills, so nothing is noted."""
+        if self.budget is None or client_id not in self._uploading or client_id in self._files:
             return
+        storages = {t.untyped_storage().data_ptr() for t in tensors}
         entry = self._memory.get(client_id, {})
         self._held[client_id] = frozenset(key for key, t in entry.items()
                                           if t.untyped_storage().data_ptr() in storages)
@@ -179,9 +180,10 @@ class ClientStateStore:
         self._uploading.clear()
         self._held.clear()
         for client_id in partly:  # least recent first
-            self.make_room(self._files[client_id].nbytes, keep=client_id)
-            if self.budget is None or self.resident_bytes + self._files[client_id].nbytes <= self.budget:
-                self._read_back(client_id)
+            nbytes = self._files[client_id].nbytes
+            self.make_room(nbytes, keep=client_id)
+            if self.resident_bytes + nbytes <= self.budget:  # a budget: nothing spills in part without one
+                self._read_back(client_id, room_made=True)
             else:
                 self._spill_rest(client_id)
 
@@ -201,20 +203,16 @@ class ClientStateStore:
 
     def _spill_rest(self, client_id: int) -> None:
         """A client whose entry spilled in part spills the rest: its file is read and the whole entry written to
-        one file (only the part that was in the file passes through memory)."""
-        record = self._files.pop(client_id)
-        spilled = self.files.read(record)
-        self._memory[client_id] = {key: spilled[key] if t.device.type == "meta" else t
-                                   for key, t in self._memory[client_id].items()}
-        self.files.released(record)
-        back = _nbytes(spilled)
-        self._nbytes[client_id] = self._nbytes.get(client_id, 0) + back
-        self.resident_bytes += back
+        one file (only the part that was in the file passes through memory, beyond the budget for that while)."""
+        self._read_back(client_id, room_made=True)
         self._spill(client_id)
 
-    def _read_back(self, client_id: int) -> None:
+    def _read_back(self, client_id: int, room_made: bool = False) -> None:
+        """Client ``client_id``'s entry back from its file, room made first unless the caller made it (or, to
+        spill the whole entry at once, needs none)."""
         record = self._files[client_id]
-        self.make_room(record.nbytes, keep=client_id)
+        if not room_made:
+            self.make_room(record.nbytes, keep=client_id)
         tensors = self.files.read(record)
         # The stand-ins come back from the file; an entry a checkpoint restored may also hold tensors it saved
         # in full (what the client held by reference then, its own now), which stay.
