@@ -40,6 +40,8 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str, str]] = {
     "FedLAG": ("FedLAG", (), "dlg", "its personal layers: uploaded (scored), never sent, so no start is known"),
     "FedLAG groups": ("FedLAG", ("--lag_share", "groups"), "dlg-groups",
                       "its personal layers: uploaded, sent as its group's model"),
+    "FedLAG sketch": ("FedLAG", ("--lag_upload", "sketch"), "dlg-sketch",
+                      "its personal layers: kept, a 64-number sketch of each one's update uploaded"),
     "Ditto+LAG": ("Ditto+LAG", (), "dlg", "its personal layers (of the global model it uploads)"),
 }
 FLAGS = ("-m", "CNN", "-nc", str(CLIENTS), "-jr", "0.4", "-gr", "2", "-ls", "1", "-lbs", "1", "-fs", "1",

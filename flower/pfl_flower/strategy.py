@@ -80,6 +80,9 @@ class FedLagStrategy(FedAvg):
         if settings.share == "check":
             raise ValueError("lag-share = \"check\" is not in the Flower app yet: a node would have to compare the "
                              "copies on its held-out data before training; use \"own\" or \"groups\"")
+        if settings.upload == "sketch":
+            raise ValueError("lag-upload = \"sketch\" is not in the Flower app yet: a node would have to send the "
+                             "sketches of its personal layers; use \"all\"")
         self.lag = settings
         self.parameter_names = list(parameter_names)
         # The layer choice is the same object LayerConflictMixin uses: same rule, same history.

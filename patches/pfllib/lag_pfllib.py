@@ -289,9 +289,13 @@ class LagRun:
                              + ", ".join(names))
         from flcore.lag import LagError, LagSettings
         try:
-            LagSettings.from_args(args).check(getattr(args, "global_rounds", None))
+            settings = LagSettings.from_args(args)
+            settings.check(getattr(args, "global_rounds", None))
         except LagError as err:
             raise SystemExit(f"-algo {label}: {err}") from None
+        if settings.upload == "sketch":
+            raise SystemExit(f"-algo {label}: --lag_upload sketch is not available in a PFLlib checkout, whose "
+                             f"servers average the uploaded models whole; use --lag_upload all")
         original = self.namespace.get(branches[base])
         if not isinstance(original, type):
             raise SystemExit(f"-algo {label}: main.py builds {branches[base]} for {base}, which is not a class there")

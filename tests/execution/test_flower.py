@@ -947,8 +947,11 @@ def test_a_lying_node_in_a_full_run_is_a_failure_and_the_run_goes_on(monkeypatch
     assert arrays["rs_client_ids"].tolist() == [[0, 1]]
 
 
-def test_the_check_rule_is_refused_by_the_flower_strategy_in_one_line():
+def test_the_check_rule_and_sketched_uploads_are_refused_by_the_flower_strategy_in_one_line(monkeypatch):
     pytest.importorskip("flwr")
+    monkeypatch.syspath_prepend(str(APP))
     from flcore.lag import LagSettings
     with pytest.raises(ValueError, match='lag-share = "check" is not in the Flower app'):
         _strategy(LagSettings(share="check"), ["a.weight", "b.weight"], 2)
+    with pytest.raises(ValueError, match='lag-upload = "sketch" is not in the Flower app'):
+        _strategy(LagSettings(upload="sketch"), ["a.weight", "b.weight"], 2)

@@ -368,6 +368,8 @@ def test_hook_defers_to_own_branches_and_refuses_clearly(tmp_path):
         namespace["run"](argparse.Namespace(algorithm="FedRep+LAG"))
     with pytest.raises(SystemExit, match="Local shares no parameters"):
         namespace["run"](argparse.Namespace(algorithm="Local+LAG"))
+    with pytest.raises(SystemExit, match="--lag_upload sketch is not available in a PFLlib checkout"):
+        namespace["run"](argparse.Namespace(algorithm="FedAvg+LAG", lag_upload="sketch"))
 
 
 def test_inside_pfllib_a_groups_model_reaches_its_members_live_models_at_aggregation():

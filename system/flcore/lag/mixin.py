@@ -15,11 +15,13 @@ object per concern:
 * ``receive_models``: after the base method has picked the round's ``uploads`` (one ``ClientUpdate`` per
   uploader: tensors by name under the update's ``shared_path``, so an upload of only ``model.base`` maps
   to ``base.*``), the per-layer updates are scored (``conflict.py``), the personal set is chosen
-  (:class:`~.selector.LayerSelector`) and, with ``--lag_share groups``, the groups updated.
+  (:class:`~.selector.LayerSelector`) and, with ``--lag_share groups``, the groups updated. With
+  ``--lag_upload sketch`` the layers personal this round are scored from a count sketch of each update
+  (:mod:`.sketch`), and the uploads lose their tensors before anything else reads them.
 * ``aggregate_parameters``: the base method's own; the server still averages every shared tensor,
-  including the personal ones, which initialise clients that never held a copy (new clients). With
-  ``--lag_share groups`` the group models are then formed (:class:`~.sharing.GroupSharing`) and held:
-  ``personal_payload`` gives each member its groups' models, which the next round's ``send_models``
+  including the personal ones (unless sketched), which initialise clients that never held a copy (new
+  clients). With ``--lag_share groups`` the group models are then formed (:class:`~.sharing.GroupSharing`)
+  and held: ``personal_payload`` gives each member its groups' models, which the next round's ``send_models``
   delivers as part of its ``payload``, and ``finish`` delivers those of the last round. With
   ``--lag_share check`` the server also holds its average of each personal layer, and each selected client,
   before it receives its payload, checks its own copy against its group's and that average on its held-out
@@ -40,6 +42,7 @@ unchanged.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
@@ -51,6 +54,7 @@ from .conflict import Layer
 from .groups import UpdateProfiles
 from .records import LagRecords
 from .selector import LayerSelector
+from .sketch import count_sketch, sketch_map, sketch_size
 from .settings import LagError, LagSettings
 from .sharing import GroupSharing
 from .updates import UpdateMatrix
@@ -74,12 +78,17 @@ class LayerConflictMixin(LagRecords):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.lag: LagSettings = self.lag_settings()
+        if self.lag.upload == "sketch" and getattr(self, "whole_uploads_needed", None):
+            raise LagError(f"--lag_upload sketch keeps the personal layers' tensors on the clients, and "
+                           f"{self.lag_method} needs them ({self.whole_uploads_needed}): use --lag_upload all")
         self.lag_selector: Optional[LayerSelector] = None  # built once the candidate layers are known
         self.lag_sharing: Optional[GroupSharing] = None    # --lag_share groups or check, with the selector
         self.lag_check: Optional[CheckedCopies] = None     # --lag_share check: each client's choice of copy
         self.lag_updates = UpdateMatrix()
         self._lag_unscored_before = 0                      # rounds that ended before the layers were known
         self._lag_names: Optional[TensorNames] = None
+        self._lag_seed = int(getattr(getattr(self, "config", None), "seed", 0) or 0)
+        self._lag_sketch_maps: Dict[int, tuple] = {}       # --lag_upload sketch: layer -> (dim, buckets, signs)
         shared = declared_shared_names(self.clients[0]) if self.clients else None
         if shared is not None:  # what the base method shares is declared before any round: check K now
             self._lag_start(self.clients[0], shared)
@@ -107,7 +116,7 @@ class LayerConflictMixin(LagRecords):
         candidates = candidate_layers(client, shared, self.lag.granularity)
         self.lag_selector = LayerSelector(self.lag, candidates, self.lag_method,
                                           own_personal_layers(client, candidates, self.lag.granularity),
-                                          seed=int(getattr(getattr(self, "config", None), "seed", 0) or 0))
+                                          seed=self._lag_seed)
         if self.lag.share in ("groups", "check"):
             if len(self.clients) < 2:
                 raise LagError(f"--lag_share {self.lag.share} shares a layer within groups of clients, and this run "
@@ -197,6 +206,8 @@ class LayerConflictMixin(LagRecords):
             return
         self.lag_updates.use_layers(self.clients[0], self.lag_layers)
         rows = self.lag_updates.collect(uploads, self.lag.signal, self.clients[0])
+        if self.lag.upload == "sketch" and self.lag_personal:
+            self._lag_keep_personal_home(rows)
         self.lag_selector.observe(self.lag_updates.evidence(rows, self.lag.xi), uploads=len(rows))
         if self.lag_sharing is not None:
             self.lag_sharing.regroup(self.lag_updates.layer_updates(self.lag_personal, rows),
@@ -205,6 +216,25 @@ class LayerConflictMixin(LagRecords):
             self.lag_check.choices.keep_layers(self.lag_personal)
             self.lag_check.choices.end_round(len(self.lag_layers))
         self._lag_say_notes()
+
+    def _lag_keep_personal_home(self, rows: Sequence[int]) -> None:
+        """``--lag_upload sketch``: what the clients sent of the layers personal this round is a count sketch of
+        each one's update (:mod:`.sketch`; the update matrix holds it in place of the update) and none of their
+        tensors, which the uploads lose before anything else reads them (aggregation, ``-dlg``, the base's
+        extras). Simulated at the server's edge: the clients compute the same sketches from the same updates."""
+        self.lag_updates.sketch_layers(self.lag_personal, rows, self._lag_sketch)
+        kept = frozenset(self._lag_with_buffers(self.lag_personal_names()))
+        self.uploads = [replace(u, tensors={n: t for n, t in u.tensors.items() if u.full_name(n) not in kept},
+                                gradients={n: t for n, t in u.gradients.items() if u.full_name(n) not in kept})
+                        for u in self.uploads]
+
+    def _lag_sketch(self, layer: int, updates: torch.Tensor) -> torch.Tensor:
+        size = updates.shape[1]
+        if layer not in self._lag_sketch_maps:
+            dim = sketch_size(size, self.lag.sketch_dim)
+            self._lag_sketch_maps[layer] = (dim, *sketch_map(size, dim, self._lag_seed, layer))
+        dim, buckets, signs = self._lag_sketch_maps[layer]
+        return count_sketch(updates, buckets, signs, dim)
 
     def aggregate_parameters(self):
         super().aggregate_parameters()

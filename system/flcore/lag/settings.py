@@ -19,6 +19,7 @@ SCHEDULES = ("smoothed", "every_round", "warmup", "random")
 SHARES = ("own", "groups", "check")
 CHECK_DATA = ("held_out", "train")
 SIGNALS = ("delta", "last_batch")
+UPLOADS = ("all", "sketch")
 # The flags (by dest) that only one schedule reads; every other --lag_* flag applies to all three.
 SCHEDULE_ONLY_FLAGS = {"smoothed": ("lag_decay", "lag_margin"), "every_round": (), "warmup": ("lag_warmup",)}
 
@@ -76,6 +77,12 @@ class LagSettings:
     group_cosine: float = flag("--lag_group_cosine", default=0.1, minimum=-1, maximum=1,
                                run_key="lag-group-cosine", help=("groups: two groups of clients merge while the mean cosine of their "
                                      "updates of the layer, over the pairs seen, is above this"))
+    upload: str = flag("--lag_upload", default="all", choices=UPLOADS, run_key="lag-upload", help=(
+        "all: clients upload their personal layers too (the server scores them, never sends them back); "
+        "sketch: they keep them and upload a count sketch of each one's update (--lag_sketch_dim numbers), "
+        "which the server scores instead"))
+    sketch_dim: int = flag("--lag_sketch_dim", default=64, type=int, minimum=1, run_key="lag-sketch-dim", help=(
+        "sketch: numbers uploaded per personal layer (at most a quarter of the layer's values)"))
 
     @classmethod
     def from_args(cls, args) -> "LagSettings":
@@ -96,6 +103,9 @@ class LagSettings:
                 problems.append(f"--lag_warmup {self.warmup} is longer than the run (-gr {global_rounds} trains "
                                 f"rounds 0..{global_rounds}, so no round would be personalised); "
                                 f"use --lag_warmup <= {global_rounds}")
+        if self.upload == "sketch" and self.share != "own":
+            problems.append(f"--lag_upload sketch keeps the personal layers on the clients, and --lag_share "
+                            f"{self.share} averages them on the server: use one or the other")
         return problems
 
     def check(self, global_rounds: Optional[int] = None) -> None:

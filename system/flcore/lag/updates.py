@@ -12,7 +12,7 @@ Reads clients only (:mod:`.client_tensors`); imports only torch, as the rest of 
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -146,6 +146,24 @@ class UpdateMatrix:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.matrix.device)
         return {layer: torch.cat([self.matrix[index, a:b] for a, b in self.spans[layer]], dim=1).cpu()
                 for layer in layers}
+
+    def sketch_layers(self, layers: Sequence[int], rows: Sequence[int],
+                      sketch_of: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
+        """Replace ``layers``' updates in ``rows`` by ``sketch_of(layer, updates)`` ((len(rows), k), k at most the
+        layer's size): written into each layer's first k columns, zeros after them, so every score of the
+        layer (its Gram matrix) is the sketches'. The updates themselves are no longer held."""
+        if not rows:
+            return
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.matrix.device)
+        for layer in layers:
+            updates = torch.cat([self.matrix[index, a:b] for a, b in self.spans[layer]], dim=1)
+            flat = torch.zeros_like(updates)
+            sketches = sketch_of(layer, updates)
+            flat[:, :sketches.shape[1]] = sketches
+            offset = 0
+            for a, b in self.spans[layer]:
+                self.matrix[index, a:b] = flat[:, offset:offset + b - a]
+                offset += b - a
 
     def update_of(self, client_id: int) -> State:
         """The last scored update ``h_u`` of one client, by parameter name (views of its row)."""

@@ -45,6 +45,7 @@ class APPLE(LatestModelsServer):
     """New clients (-nnc): the mix every client's personalised model starts from, ``sum_j p0_j theta_j`` over
     the training clients' latest core models (a newcomer has no relationships learnt, and no other client
     mixes in its model), then -ften epochs of plain cross-entropy fine-tuning at -lr; they report that model."""
+    whole_uploads_needed = "its clients download each other's uploaded core models whole"
     client_class = clientAPPLE
 
     hparams: APPLEParams

@@ -56,6 +56,9 @@ class Server:
     # Server attributes that carry state across rounds (control variates, stored models, ...),
     # besides the global model, the sampler, the round counter and the history.
     persistent_attrs: tuple = ()
+    # Why this server needs every tensor a client shares in each upload, beyond averaging what arrives (None:
+    # it does not); FedLAG's --lag_upload sketch, which keeps the personal layers' tensors home, is refused.
+    whole_uploads_needed: Optional[str] = None
 
     # PFLlib's names for the flags a server reads, as views of ``self.config``.
     dataset = ConfigField()

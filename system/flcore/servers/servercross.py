@@ -44,6 +44,7 @@ DISPATCH_STREAM = 0xFC  # the dispatch order's stream, beside the run's seed and
 class FedCross(Server):
     """New clients (-nnc): the global model (the mean of the middleware models), then -ften epochs of plain
     cross-entropy fine-tuning."""
+    whole_uploads_needed = "each middleware model takes its client's whole upload"
     client_class = clientAVG
     persistent_attrs = ("middleware",)
 

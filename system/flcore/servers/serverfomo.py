@@ -28,6 +28,7 @@ class FedFomo(Server):
     a round, -M downloads of stored client models, chosen at random (a newcomer has no affinities yet),
     which it weighs on its validation split and combines, keeping its own model if none helps; then -ften
     epochs of plain cross-entropy fine-tuning."""
+    whole_uploads_needed = "its clients download each other's uploaded models whole"
     client_class = clientFomo
     persistent_attrs = ("affinity", "stored_models")
 

@@ -57,6 +57,7 @@ class FedGen(Server):
     """New clients (-nnc): the global model (under -lf: the global head on a fresh feature extractor), the
     generator and the label distribution, then -ften epochs of FedGen's own local update, generated features
     included."""
+    whole_uploads_needed = "its generator is trained on the ensemble of the round's uploaded heads"
     client_class = clientGen
     persistent_attrs = ("feature_generator", "generator_optimizer", "generator_scheduler", "noise_generator",
                         "label_counts", "generator_trained")

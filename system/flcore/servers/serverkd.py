@@ -30,6 +30,7 @@ class FedKD(PrivateModelServer):
     """New clients (-nnc): the global mentee, a fresh mentor (the initial model every training client's mentor
     started from) and an identity ``W_h``, then -ften epochs of FedKD's mutual distillation; the mentor is
     tested."""
+    whole_uploads_needed = "it rebuilds each upload's whole update from its compressed form"
     client_class = clientKD
 
     hparams: FedKDParams
