@@ -52,6 +52,8 @@ METHODS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     "FedLAG groups": ("FedLAG", ("--lag_share", "groups"), "groups"),
     "FedLAG check": ("FedLAG", ("--lag_share", "check", "--val_ratio", "0.1"), "check"),
     "FedLAG check (train data)": ("FedLAG", ("--lag_share", "check", "--lag_check_data", "train"), "checktrain"),
+    "FedLAG": ("FedLAG", (), "default"),
+    "FedLAG sketch": ("FedLAG", ("--lag_upload", "sketch"), "sketch"),
 }
 
 
