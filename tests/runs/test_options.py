@@ -76,7 +76,8 @@ def test_shared_hyperparameter_and_lag_flags_keep_their_names_and_defaults():
     assert {flag: value for flag, value in defaults.items() if flag.startswith("--lag_")} == {
         "--lag_top_k": 1, "--lag_xi": 0.0, "--lag_schedule": "smoothed", "--lag_warmup": None,
         "--lag_granularity": "module", "--lag_signal": "delta", "--lag_decay": 0.9, "--lag_margin": 2.0,
-        "--lag_share": "own", "--lag_group_cosine": 0.1, "--lag_check_data": "held_out"}
+        "--lag_share": "own", "--lag_group_cosine": 0.1, "--lag_check_data": "held_out",
+        "--lag_upload": "all", "--lag_sketch_dim": 64}
 
 
 def test_the_run_record_holds_every_flag_in_command_line_order():
