@@ -390,10 +390,4 @@ def is_stand_in(tensor: torch.Tensor) -> bool:
 
 def holds_stand_ins(value) -> bool:
     """Whether ``value`` (a tensor, or dicts, lists and tuples of them) holds a stand-in anywhere."""
-    if isinstance(value, torch.Tensor):
-        return is_stand_in(value)
-    if isinstance(value, dict):
-        return any(holds_stand_ins(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(holds_stand_ins(v) for v in value)
-    return False
+    return any(is_stand_in(t) for t in _tensors_in(value))

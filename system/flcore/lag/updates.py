@@ -143,9 +143,8 @@ class UpdateMatrix:
         """``{layer index: (len(rows), layer size)}``: the updates of ``layers`` in ``rows``, on the CPU."""
         if not rows:
             return {}
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.matrix.device)
-        return {layer: torch.cat([self.matrix[index, a:b] for a, b in self.spans[layer]], dim=1).cpu()
-                for layer in layers}
+        index = self._row_index(rows)
+        return {layer: self._layer_columns(layer, index).cpu() for layer in layers}
 
     def sketch_layers(self, layers: Sequence[int], rows: Sequence[int],
                       sketch_of: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
@@ -154,9 +153,9 @@ class UpdateMatrix:
         layer (its Gram matrix) is the sketches'. The updates themselves are no longer held."""
         if not rows:
             return
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.matrix.device)
+        index = self._row_index(rows)
         for layer in layers:
-            updates = torch.cat([self.matrix[index, a:b] for a, b in self.spans[layer]], dim=1)
+            updates = self._layer_columns(layer, index)
             flat = torch.zeros_like(updates)
             sketches = sketch_of(layer, updates)
             flat[:, :sketches.shape[1]] = sketches
@@ -164,6 +163,13 @@ class UpdateMatrix:
             for a, b in self.spans[layer]:
                 self.matrix[index, a:b] = flat[:, offset:offset + b - a]
                 offset += b - a
+
+    def _row_index(self, rows: Sequence[int]) -> torch.Tensor:
+        return torch.as_tensor(list(rows), dtype=torch.long, device=self.matrix.device)
+
+    def _layer_columns(self, layer: int, index: torch.Tensor) -> torch.Tensor:
+        """The (len(index), layer size) updates of ``layer`` in the rows ``index``: a copy, its spans joined."""
+        return torch.cat([self.matrix[index, a:b] for a, b in self.spans[layer]], dim=1)
 
     def update_of(self, client_id: int) -> State:
         """The last scored update ``h_u`` of one client, by parameter name (views of its row)."""
